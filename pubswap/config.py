@@ -1,0 +1,285 @@
+"""One typed config for a run, loaded from YAML with dotted command-line overrides.
+
+Defaults are the paper's Table 9 (Qwen3-1.7B on MATH): K=8, b=8, LoRA r=32/alpha=64 on all linear
+layers, AdamW lr 1e-5 wd 0.01, clip 0.2/0.25, KL coef 1e-4, temperature 0.7, FedIT aggregation.
+
+    cfg = load_config("configs/default.yaml", ["federation.tau=4", "grpo.lr=3e-5"])
+
+Unknown keys and invalid values raise ConfigError naming the dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config key is unknown or its value is invalid; the message names the dotted key."""
+
+
+METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random")
+AGGREGATIONS = ("fedit",)  # further strategies register here as they land
+WEIGHTINGS = ("uniform", "samples")
+REWARDS = ("math", "exact", "choice")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""  # local folder (or hub id on a cluster with hub access)
+    gguf_file: str | None = None  # file inside `path` when the checkpoint is a GGUF
+    dtype: str = "bfloat16"
+    max_prompt_len: int = 1024
+    max_response_len: int = 2048
+
+
+@dataclass
+class LoraConfig:
+    r: int = 32
+    alpha: int = 64
+    dropout: float = 0.0
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+
+@dataclass
+class GRPOConfig:
+    K: int = 8  # responses per prompt (group size)
+    b: int = 8  # prompts per step
+    grad_epochs: int = 2
+    lr: float = 1e-5
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    clip_low: float = 0.2
+    clip_high: float = 0.25
+    log_ratio_clamp: float = 20.0
+    kl_coef: float = 1e-4
+    entropy_coef: float = 0.0
+    adv_eps: float = 1e-6
+    temperature: float = 0.7
+    val_temperature: float = 0.7
+
+
+@dataclass
+class FederationConfig:
+    method: str = "pubswap-balanced"
+    num_clients: int = 4
+    rounds: int = 10
+    tau: int = 10  # local steps per round
+    swap_period: int = 2  # every swap_period-th local step is a public step
+    aggregation: str = "fedit"
+    weighting: str = "uniform"
+    fedprox_mu: float = 0.01
+
+    @property
+    def swap_rule(self) -> str | None:
+        """'balanced', 'random' or None (no public steps)."""
+        return self.method.removeprefix("pubswap-") if self.method.startswith("pubswap-") else None
+
+    @property
+    def uses_prox(self) -> bool:
+        return self.method == "fedprox-grpo"
+
+    def is_public_step(self, step: int) -> bool:
+        """Steps are numbered 1..tau; step s is public iff the method swaps and s % swap_period == 0."""
+        return self.swap_rule is not None and step % self.swap_period == 0
+
+
+@dataclass
+class DataConfig:
+    source: str = "reasoning_gym"
+    tasks: list[str] = field(default_factory=lambda: ["chain_sum", "basic_arithmetic", "simple_equations"])
+    per_client: int = 2500
+    public_size: int = 1250
+    test_size: int = 1250
+    dirichlet_alpha: float = 0.3
+    reward: str = "math"
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    run_dir: str = "runs/default"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Read YAML (optional), apply `a.b=value` overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        raw = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{p}: top level must be a mapping, got {type(raw).__name__}")
+    cfg = from_dict(raw)
+    for item in overrides or []:
+        apply_override(cfg, item)
+    validate(cfg)
+    return cfg
+
+
+def from_dict(raw: dict[str, Any]) -> RunConfig:
+    return _build(RunConfig, raw, prefix="")
+
+
+def apply_override(cfg: RunConfig, item: str) -> None:
+    """Apply one `dotted.key=value` override in place; the value is parsed as YAML."""
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"override {item!r} is not of the form key=value")
+    *parents, leaf = key.split(".")
+    node: Any = cfg
+    for i, name in enumerate(parents):
+        if not dataclasses.is_dataclass(node) or name not in _field_types(type(node)):
+            raise ConfigError(f"unknown config key: {'.'.join(parents[: i + 1])}")
+        node = getattr(node, name)
+    types_ = _field_types(type(node)) if dataclasses.is_dataclass(node) else {}
+    if leaf not in types_:
+        raise ConfigError(f"unknown config key: {key}")
+    value = yaml.safe_load(text) if text.strip() else None
+    if dataclasses.is_dataclass(getattr(node, leaf)):
+        setattr(node, leaf, _build(types_[leaf], value or {}, prefix=key + "."))
+    else:
+        setattr(node, leaf, _coerce(types_[leaf], value, key))
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _build(cls: type, raw: Any, prefix: str):
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {type(raw).__name__}")
+    types_ = _field_types(cls)
+    unknown = sorted(set(raw) - set(types_))
+    if unknown:
+        raise ConfigError(f"unknown config key: {prefix}{unknown[0]}")
+    kwargs = {}
+    for name, value in raw.items():
+        tp = types_[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value or {}, prefix=f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(tp, value, prefix + name)
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, key: str) -> Any:
+    """Check `value` against annotation `tp`; ints are accepted for floats, nothing else is converted."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, key)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{key}: {value!r} is not a valid {tp}")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        return [_coerce(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if tp is float and isinstance(value, str):
+        try:  # YAML 1.1 reads "1e-5" as a string
+            return float(value)
+        except ValueError:
+            pass
+    if isinstance(value, tp) and not (tp is int and isinstance(value, bool)):
+        return value
+    raise ConfigError(f"{key}: expected {tp.__name__}, got {value!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def validate(cfg: RunConfig) -> None:
+    def need(ok: bool, key: str, why: str) -> None:
+        if not ok:
+            raise ConfigError(f"{key}: {why}")
+
+    m, g, f, d, lo = cfg.model, cfg.grpo, cfg.federation, cfg.data, cfg.lora
+    need(bool(m.path), "model.path", "is required (a local model folder or a hub id)")
+    need(
+        Path(m.path).exists() or bool(_HUB_ID.match(m.path)) and not m.path.startswith(("/", ".")),
+        "model.path",
+        f"{m.path!r} does not exist",
+    )
+    if m.gguf_file is not None and Path(m.path).is_dir():
+        need((Path(m.path) / m.gguf_file).is_file(), "model.gguf_file", f"{m.gguf_file!r} not found in {m.path}")
+    need(m.dtype in DTYPES, "model.dtype", f"must be one of {DTYPES}")
+    need(m.max_prompt_len > 0, "model.max_prompt_len", "must be > 0")
+    need(m.max_response_len > 0, "model.max_response_len", "must be > 0")
+
+    need(lo.r > 0, "lora.r", "must be > 0")
+    need(lo.alpha > 0, "lora.alpha", "must be > 0")
+    need(0.0 <= lo.dropout < 1.0, "lora.dropout", "must be in [0, 1)")
+    need(len(lo.target_modules) > 0, "lora.target_modules", "must name at least one module")
+
+    need(g.K >= 2, "grpo.K", "must be >= 2 (a group needs two responses for an advantage)")
+    need(g.b >= 1, "grpo.b", "must be >= 1")
+    need(g.grad_epochs >= 1, "grpo.grad_epochs", "must be >= 1")
+    need(g.lr > 0, "grpo.lr", "must be > 0")
+    need(g.weight_decay >= 0, "grpo.weight_decay", "must be >= 0")
+    need(g.grad_clip > 0, "grpo.grad_clip", "must be > 0")
+    need(0 < g.clip_low < 1, "grpo.clip_low", "must be in (0, 1)")
+    need(g.clip_high > 0, "grpo.clip_high", "must be > 0")
+    need(g.log_ratio_clamp > 0, "grpo.log_ratio_clamp", "must be > 0")
+    need(g.kl_coef >= 0, "grpo.kl_coef", "must be >= 0")
+    need(g.entropy_coef >= 0, "grpo.entropy_coef", "must be >= 0")
+    need(g.adv_eps > 0, "grpo.adv_eps", "must be > 0")
+    need(g.temperature > 0, "grpo.temperature", "must be > 0")
+    need(g.val_temperature >= 0, "grpo.val_temperature", "must be >= 0")
+
+    need(f.method in METHODS, "federation.method", f"must be one of {METHODS}, got {f.method!r}")
+    need(f.num_clients >= 1, "federation.num_clients", "must be >= 1")
+    need(f.rounds >= 1, "federation.rounds", "must be >= 1")
+    need(f.tau >= 1, "federation.tau", f"must be >= 1, got {f.tau}")
+    need(f.swap_period >= 1, "federation.swap_period", "must be >= 1")
+    if f.swap_rule is not None:
+        need(f.swap_period < f.tau, "federation.swap_period",
+             f"must be < federation.tau (paper: tau_swap < tau), got {f.swap_period} >= {f.tau}")
+    need(f.aggregation in AGGREGATIONS, "federation.aggregation", f"must be one of {AGGREGATIONS}")
+    need(f.weighting in WEIGHTINGS, "federation.weighting", f"must be one of {WEIGHTINGS}")
+    need(f.fedprox_mu >= 0, "federation.fedprox_mu", "must be >= 0")
+
+    need(len(d.tasks) > 0, "data.tasks", "must name at least one task")
+    need(d.per_client >= 1, "data.per_client", "must be >= 1")
+    need(d.public_size >= (g.b if f.swap_rule else 0), "data.public_size",
+         f"must be >= grpo.b ({g.b}) for a PubSwap method")
+    need(d.test_size >= 1, "data.test_size", "must be >= 1")
+    need(d.dirichlet_alpha > 0, "data.dirichlet_alpha", "must be > 0")
+    need(d.reward in REWARDS, "data.reward", f"must be one of {REWARDS}")

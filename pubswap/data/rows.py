@@ -1,0 +1,73 @@
+"""The one row type every dataset maps to, and validation that counts what it rejects."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Row:
+    prompt: str
+    answer: str
+    topic: str
+
+
+@dataclass
+class RowReport:
+    """What validation kept and what it rejected, by reason, with the first few bad row indices."""
+
+    kept: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    examples: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def total_rejected(self) -> int:
+        return sum(self.rejected.values())
+
+    def __str__(self) -> str:
+        if not self.rejected:
+            return f"{self.kept} rows kept, none rejected"
+        reasons = ", ".join(f"{r}: {n} (e.g. rows {self.examples[r]})" for r, n in sorted(self.rejected.items()))
+        return f"{self.kept} rows kept, {self.total_rejected} rejected — {reasons}"
+
+
+def _text(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value.strip() if isinstance(value, str) else None
+
+
+def validate_rows(raw: Iterable[Mapping], default_topic: str | None = None) -> tuple[list[Row], RowReport]:
+    """Keep rows with a non-empty prompt, answer and topic; count the rest by reason.
+
+    Numbers are accepted as answers ("42" and 42 alike). A row missing its topic takes
+    `default_topic` when given, else it is rejected.
+    """
+    rows: list[Row] = []
+    report = RowReport()
+
+    def reject(reason: str, i: int) -> None:
+        report.rejected[reason] += 1
+        ex = report.examples.setdefault(reason, [])
+        if len(ex) < 5:
+            ex.append(i)
+
+    for i, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            reject("not_a_mapping", i)
+            continue
+        prompt, answer, topic = _text(item.get("prompt")), _text(item.get("answer")), _text(item.get("topic"))
+        if not prompt:
+            reject("empty_prompt", i)
+        elif not answer:
+            reject("missing_answer", i)
+        elif not topic and not default_topic:
+            reject("missing_topic", i)
+        else:
+            rows.append(Row(prompt=prompt, answer=answer, topic=topic or default_topic))
+    report.kept = len(rows)
+    return rows, report

@@ -1,0 +1,112 @@
+"""GRPO objective (paper 3.1, 4.1; VERL conventions).
+
+Shapes: rewards [P, K] (P prompts, K responses each); per-token tensors [B, T] with a response mask
+[B, T] (1 on response tokens, 0 on prompt and padding), B = P*K flattened prompt-major.
+
+    A_k        = (r_k - mean(r)) / (std(r) + eps)                         group advantage, per prompt
+    ratio      = exp(clamp(logp - old_logp, -c, c))                       importance ratio per token
+    L_pg       = max(-A * ratio, -A * clip(ratio, 1 - eps_low, 1 + eps_high))   clip-higher (DAPO)
+    L_kl       = exp(ref - logp) - (ref - logp) - 1                       k3 estimator of KL(pi || ref)
+    loss       = token_mean(L_pg) + kl_coef * token_mean(L_kl) - entropy_coef * token_mean(H)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+KL_K3_CLAMP = 10.0  # VERL clamps the k3 estimate to [-10, 10] for stability
+
+
+def group_advantages(rewards: Tensor, eps: float = 1e-6) -> Tensor:
+    """(r - mean) / (std + eps) over each row of `rewards` [P, K]; std is unbiased (torch.std, as VERL).
+
+    A group whose rewards are all equal gets exactly zero advantage (its numerator is zero).
+    """
+    if rewards.dim() != 2 or rewards.shape[1] < 2:
+        raise ValueError(f"rewards must be [P, K] with K >= 2, got shape {tuple(rewards.shape)}")
+    rewards = rewards.to(torch.float32)
+    mean = rewards.mean(dim=1, keepdim=True)
+    std = rewards.std(dim=1, keepdim=True)
+    return (rewards - mean) / (std + eps)
+
+
+def zero_advantage_fraction(rewards: Tensor) -> float:
+    """Fraction of prompt groups whose rewards are all equal (they contribute no policy gradient)."""
+    return (rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean().item()
+
+
+def token_mean(values: Tensor, mask: Tensor) -> Tensor:
+    """Mean over all response tokens of the batch (VERL's 'token-mean' loss aggregation)."""
+    mask = mask.to(values.dtype)
+    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def clipped_surrogate(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.25,
+    log_ratio_clamp: float = 20.0,
+) -> tuple[Tensor, Tensor]:
+    """Per-token clip-higher policy loss and a per-token "was clipped" indicator.
+
+    `advantages` is per sequence [B] or per token [B, T]; it is broadcast over tokens.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages[:, None]
+    log_ratio = torch.clamp(logp - old_logp, -log_ratio_clamp, log_ratio_clamp)
+    ratio = torch.exp(log_ratio)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(loss_unclipped, loss_clipped)
+    clipped = (loss_clipped > loss_unclipped).float()
+    return loss, clipped
+
+
+def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Low-variance (k3) per-token estimate of KL(pi || ref): exp(ref - logp) - (ref - logp) - 1 >= 0."""
+    delta = torch.clamp(ref_logp - logp, -KL_K3_CLAMP, KL_K3_CLAMP)
+    return torch.clamp(torch.exp(delta) - delta - 1.0, -KL_K3_CLAMP, KL_K3_CLAMP)
+
+
+@dataclass
+class GRPOLoss:
+    loss: Tensor
+    pg_loss: Tensor
+    kl: Tensor
+    clip_frac: Tensor
+
+
+def grpo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    ref_logp: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.25,
+    log_ratio_clamp: float = 20.0,
+    kl_coef: float = 1e-4,
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+) -> GRPOLoss:
+    """The full token-mean GRPO loss to minimise. `ref_logp` may be None when kl_coef == 0."""
+    pg, clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, log_ratio_clamp)
+    pg_loss = token_mean(pg, mask)
+    loss = pg_loss
+    kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    if kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("ref_logp is required when kl_coef > 0")
+        kl = token_mean(kl_k3(logp, ref_logp), mask)
+        loss = loss + kl_coef * kl
+    if entropy_coef > 0:
+        if entropy is None:
+            raise ValueError("entropy is required when entropy_coef > 0")
+        loss = loss - entropy_coef * token_mean(entropy, mask)
+    return GRPOLoss(loss=loss, pg_loss=pg_loss.detach(), kl=kl.detach(), clip_frac=token_mean(clipped, mask))

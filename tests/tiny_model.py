@@ -1,0 +1,45 @@
+"""A tiny random-init Llama + a BPE tokenizer with a ChatML template, built in well under a second.
+
+Used by tests that need a real Hugging Face / PEFT / vLLM model without downloads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512) -> Path:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    corpus = [f"Calculate {a} + {b}. The answer is \\boxed{{{a + b}}}." for a in range(10) for b in range(10)]
+    corpus += ["Solve the problem. Put the final answer in \\boxed{}.", "user assistant system"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
+                                     pad_token="<|endoftext|>", unk_token=None)
+    hf_tok.chat_template = CHATML
+    hf_tok.save_pretrained(path)
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(hf_tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
+        eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id, bos_token_id=None,
+        tie_word_embeddings=True, torch_dtype="float32",
+    )
+    LlamaForCausalLM(config).save_pretrained(path)
+    return path
