@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from pubswap.models import BUILTIN_PREFIX, BUILTINS, is_builtin
+
 
 class ConfigError(ValueError):
     """A config key is unknown or its value is invalid; the message names the dotted key."""
@@ -105,6 +107,21 @@ class DataConfig:
 
 
 @dataclass
+class RolloutConfig:
+    backend: str = "vllm"  # "vllm" (real engine) or "hf" (transformers.generate; for toy models / no vLLM)
+    kv_cache_gib: float = 1.0  # VLLM_CPU_KVCACHE_SPACE on CPU
+    gpu_memory_utilization: float = 0.5  # per client engine on GPU (the trainer shares the GPU)
+
+
+@dataclass
+class ResourcesConfig:
+    cpus_per_client: float = 1.0
+    gpus_per_client: float | None = None  # None: 1 if the cluster has GPUs, else 0
+    placement_strategy: str = "PACK"  # PACK (one node) or SPREAD (across nodes)
+    placement_timeout_s: float = 120.0
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     run_dir: str = "runs/default"
@@ -113,6 +130,9 @@ class RunConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     federation: FederationConfig = field(default_factory=FederationConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    eval_every: int = 1  # evaluate the global adapter every this many rounds (and before round 1)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -233,11 +253,12 @@ def validate(cfg: RunConfig) -> None:
 
     m, g, f, d, lo = cfg.model, cfg.grpo, cfg.federation, cfg.data, cfg.lora
     need(bool(m.path), "model.path", "is required (a local model folder or a hub id)")
-    need(
-        Path(m.path).exists() or bool(_HUB_ID.match(m.path)) and not m.path.startswith(("/", ".")),
-        "model.path",
-        f"{m.path!r} does not exist",
-    )
+    if is_builtin(m.path):
+        name = m.path[len(BUILTIN_PREFIX):]
+        need(name in BUILTINS, "model.path", f"unknown builtin model {name!r}; known: {sorted(BUILTINS)}")
+    else:
+        need(Path(m.path).exists() or bool(_HUB_ID.match(m.path)) and not m.path.startswith(("/", ".")),
+             "model.path", f"{m.path!r} does not exist")
     if m.gguf_file is not None and Path(m.path).is_dir():
         need((Path(m.path) / m.gguf_file).is_file(), "model.gguf_file", f"{m.gguf_file!r} not found in {m.path}")
     need(m.dtype in DTYPES, "model.dtype", f"must be one of {DTYPES}")
@@ -283,3 +304,14 @@ def validate(cfg: RunConfig) -> None:
     need(d.test_size >= 1, "data.test_size", "must be >= 1")
     need(d.dirichlet_alpha > 0, "data.dirichlet_alpha", "must be > 0")
     need(d.reward in REWARDS, "data.reward", f"must be one of {REWARDS}")
+
+    r, res = cfg.rollout, cfg.resources
+    need(r.backend in ("vllm", "hf"), "rollout.backend", "must be 'vllm' or 'hf'")
+    need(r.kv_cache_gib > 0, "rollout.kv_cache_gib", "must be > 0")
+    need(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", "must be in (0, 1]")
+    need(res.cpus_per_client > 0, "resources.cpus_per_client", "must be > 0")
+    need(res.gpus_per_client is None or res.gpus_per_client >= 0, "resources.gpus_per_client", "must be >= 0")
+    need(res.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+         "resources.placement_strategy", "must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+    need(res.placement_timeout_s > 0, "resources.placement_timeout_s", "must be > 0")
+    need(cfg.eval_every >= 1, "eval_every", "must be >= 1")

@@ -99,3 +99,18 @@ def test_public_steps_follow_swap_period(model_dir):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_builtin_model_names_are_checked():
+    assert load_config(None, ["model.path=builtin:smollm2-135m-instruct"]).model.path.startswith("builtin:")
+    with pytest.raises(ConfigError, match="^model.path: unknown builtin model 'gpt9'"):
+        load_config(None, ["model.path=builtin:gpt9"])
+
+
+def test_rollout_and_resources_are_validated(model_dir):
+    with pytest.raises(ConfigError, match="^rollout.backend"):
+        load_config(None, [f"model.path={model_dir}", "rollout.backend=sglang"])
+    with pytest.raises(ConfigError, match="^resources.placement_strategy"):
+        load_config(None, [f"model.path={model_dir}", "resources.placement_strategy=RANDOM"])
+    c = load_config(None, [f"model.path={model_dir}", "resources.gpus_per_client=0.5"])
+    assert c.resources.gpus_per_client == 0.5
