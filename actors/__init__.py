@@ -1,0 +1,1 @@
+"""Ray actors: ClientActor (rollout engine + trainer) and ServerActor (public pool, swap, global adapter)."""

