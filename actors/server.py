@@ -28,7 +28,6 @@ class ServerActor:
         self.run_dir = Path(run_dir)
         self.global_adapter: Adapter | None = None
         self.seen_prompts: set[str] = set()
-        self.swap_log: list[dict] = []
 
     def public_batch(self, round_idx: int, step: int) -> list[tuple[str, str]]:
         b = self.cfg.grpo.b
@@ -45,11 +44,11 @@ class ServerActor:
                 raise ValueError("swap() was given a prompt that is not in the public set")
             self.seen_prompts.add(prompt)
         groups, stats = swap(self.cfg.federation.swap_rule, pool, self.cfg.seed, round_idx, step)
-        self.swap_log.append({"round": round_idx, "step": step, "swapped_in": stats.swapped_in,
-                              "origins": [[[r.origin for r in g] for g in per_client] for per_client in groups]})
+        # who generated each response a client will train on, and whether it was correct
+        provenance = [[[(r.origin, r.correct) for r in g] for g in per_client] for per_client in groups]
         text_bytes = sum(len(r.text.encode()) + 4 * len(r.token_ids) for c in pool for g in c for r in g)
         return {"groups": [ray.put(g) for g in groups], "swapped_in": stats.swapped_in,
-                "missing_donors": stats.missing_donors, "pool_bytes": text_bytes}
+                "missing_donors": stats.missing_donors, "pool_bytes": text_bytes, "provenance": provenance}
 
     def set_global(self, adapter: Adapter, round_idx: int, lora_config) -> str:
         self.global_adapter = adapter
@@ -65,6 +64,3 @@ class ServerActor:
 
     def get_seen_prompts(self) -> list[str]:
         return sorted(self.seen_prompts)
-
-    def get_swap_log(self) -> list[dict]:
-        return self.swap_log

@@ -65,7 +65,8 @@ class Federation:
         for r, g in zip(results, gen_s):
             r["gen_s"] = g
         return {"step": step, "public": True, "clients": results, "swapped_in": swapped["swapped_in"],
-                "missing_donors": swapped["missing_donors"], "pool_bytes": swapped["pool_bytes"]}
+                "missing_donors": swapped["missing_donors"], "pool_bytes": swapped["pool_bytes"],
+                "provenance": swapped["provenance"]}
 
     def average(self) -> tuple[Adapter, list[dict]]:
         if not self.strategy.linear:

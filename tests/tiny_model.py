@@ -13,7 +13,9 @@ CHATML = (
 )
 
 
-def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512) -> Path:
+def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512, digits_only: bool = False) -> Path:
+    """`digits_only`: an untied LM head whose rows are zero except for the ten single-digit tokens,
+    so one-token answers are a digit (right ~1 time in 10 on one-digit sums): tests get real rewards."""
     import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -39,7 +41,25 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512) -> 
         vocab_size=len(hf_tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
         eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id, bos_token_id=None,
-        tie_word_embeddings=True, torch_dtype="float32",
+        tie_word_embeddings=not digits_only, torch_dtype="float32",
     )
-    LlamaForCausalLM(config).save_pretrained(path)
+    model = LlamaForCausalLM(config)
+    if digits_only:
+        # Point every digit row along the mean final hidden state at the generation position, so the
+        # ten digits share almost all probability there, nearly uniformly.
+        digit_ids = [hf_tok.convert_tokens_to_ids(str(d)) for d in range(10)]
+        prompts = [f"Calculate {a} + {b}." for a in range(5) for b in range(5)]
+        with torch.no_grad():
+            hs = []
+            for p in prompts:
+                ids = hf_tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                 return_dict=True, return_tensors="pt")["input_ids"]
+                hs.append(model.model(input_ids=ids).last_hidden_state[0, -1])
+            v = torch.stack(hs).mean(0)
+            v = v / v.norm()
+            head = model.lm_head.weight
+            head.zero_()
+            for d in digit_ids:
+                head[d] = 12.0 * v + 0.02 * torch.randn_like(v)
+    model.save_pretrained(path)
     return path
