@@ -49,7 +49,8 @@ class ClientCore:
                                   max_model_len=c.model.max_prompt_len + c.model.max_response_len,
                                   dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
                                   kv_cache_gib=c.rollout.kv_cache_gib,
-                                  gpu_memory_utilization=c.rollout.gpu_memory_utilization)
+                                  gpu_memory_utilization=c.rollout.gpu_memory_utilization,
+                                  max_num_seqs=max(16, c.grpo.b * c.grpo.K))
         self.reward_fn = make_reward(c.data.reward)
         self._version = 0
         self._engine_dir: Path | None = None

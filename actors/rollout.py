@@ -32,12 +32,17 @@ def vllm_max_lora_rank(r: int) -> int:
 
 class VLLMEngine:
     def __init__(self, model_dir: str, lora_rank: int, max_model_len: int, dtype: str, seed: int,
-                 kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True):
+                 kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True,
+                 max_num_seqs: int = 64):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_gib))))
         from vllm import LLM
 
         kwargs = dict(model=model_dir, dtype=dtype, enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank),
-                      max_loras=1, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager)
+                      max_loras=1, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
+                      # small scheduler budgets keep the CPU worker's buffers (and its RAM) small
+                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max(2048, max_model_len),
+                      # one engine process, the model runner inside it (no separate worker process)
+                      distributed_executor_backend="uni")
         import torch
 
         if torch.cuda.is_available():
@@ -128,9 +133,10 @@ class HFEngine:
 
 
 def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: int, dtype: str, seed: int,
-                tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5):
+                tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, max_num_seqs: int = 64):
     if backend == "vllm":
-        return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization)
+        return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization,
+                          max_num_seqs=max_num_seqs)
     if backend == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad)

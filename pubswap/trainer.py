@@ -98,7 +98,8 @@ class LoraGRPOTrainer:
         logits = self.model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
         if temperature != 1.0:
             logits = logits / temperature
-        return torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        # log p(token) = logit(token) - logsumexp(logits): no [B, T, vocab] log-softmax copy is kept
+        return logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
     @torch.no_grad()
     def response_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0,
