@@ -40,9 +40,7 @@ class VLLMEngine:
         kwargs = dict(model=model_dir, dtype=dtype, enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank),
                       max_loras=1, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
                       # small scheduler budgets keep the CPU worker's buffers (and its RAM) small
-                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max(2048, max_model_len),
-                      # one engine process, the model runner inside it (no separate worker process)
-                      distributed_executor_backend="uni")
+                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max(2048, max_model_len))
         import torch
 
         if torch.cuda.is_available():
