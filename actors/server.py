@@ -14,7 +14,7 @@ import ray
 
 from pubswap.config import from_dict
 from pubswap.data.rows import Row
-from pubswap.lora import Adapter, num_bytes, save_adapter
+from pubswap.lora import Adapter, save_adapter
 from pubswap.seeding import rng
 from pubswap.swap import swap
 
@@ -54,9 +54,6 @@ class ServerActor:
         self.global_adapter = adapter
         path = save_adapter(self.run_dir / "adapters" / f"round_{round_idx:04d}", adapter, lora_config)
         return str(path)
-
-    def adapter_bytes(self) -> int:
-        return num_bytes(self.global_adapter) if self.global_adapter is not None else 0
 
     def test_shards(self, n: int) -> list[list[tuple[str, str]]]:
         rows = [(r.prompt, r.answer) for r in self.test]

@@ -5,7 +5,6 @@ This is the only place that talks to Ray for the round protocol; `jobs.train` dr
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Sequence
 
@@ -92,12 +91,6 @@ class Federation:
         for a in [*self.clients, self.server]:
             ray.kill(a)
         remove_placement_group(self.pg)
-
-
-def timed(fn, *args) -> tuple[object, float]:
-    t = time.perf_counter()
-    out = fn(*args)
-    return out, time.perf_counter() - t
 
 
 def mean(xs: Sequence[float]) -> float:
