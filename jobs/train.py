@@ -93,8 +93,9 @@ def train(cfg: RunConfig) -> dict:
               flush=True)
         final_pass = base_pass
         for r in range(1, f.rounds + 1):
+            # every client already holds the global adapter with a fresh optimizer: the broadcast
+            # before the base evaluation (round 1) or the allreduce that ended the previous round
             t_round = time.perf_counter()
-            fed.set_global(global_adapter)
             steps = []
             for s in range(1, f.tau + 1):
                 out = fed.public_step(r, s) if f.is_public_step(s) else fed.private_step(r, s)
