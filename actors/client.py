@@ -22,6 +22,7 @@ from actors.rollout import make_engine
 from pubswap.aggregation import make_strategy
 from pubswap.config import RunConfig, from_dict
 from pubswap.data.rows import Row
+from pubswap.faults import maybe_crash
 from pubswap.grpo import group_advantages, zero_advantage_fraction
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, unflatten
 from pubswap.rewards import make_reward
@@ -134,6 +135,7 @@ class ClientCore:
         pids, groups = self._rollout([r.prompt for r in batch], [r.answer for r in batch], g.K, g.temperature,
                                      ("rollout", round_idx, step))
         gen_s = time.perf_counter() - t
+        maybe_crash("client", round_idx, step, "private_train", self.id)
         return {"client": self.id, "step": step, "public": False, "gen_s": gen_s, **self._train(pids, groups)}
 
     def answer_public(self, batch: Sequence[tuple[str, str]], round_idx: int, step: int) -> dict:
@@ -141,9 +143,12 @@ class ClientCore:
         t = time.perf_counter()
         _, groups = self._rollout([p for p, _ in batch], [a for _, a in batch], g.K, g.temperature,
                                   ("public", round_idx, step))
+        maybe_crash("client", round_idx, step, "public_answer", self.id)
         return {"responses": groups, "gen_s": time.perf_counter() - t}
 
-    def public_step(self, batch: Sequence[tuple[str, str]], groups: Sequence[Sequence[Response]], step: int) -> dict:
+    def public_step(self, batch: Sequence[tuple[str, str]], groups: Sequence[Sequence[Response]], round_idx: int,
+                    step: int) -> dict:
+        maybe_crash("client", round_idx, step, "public_train", self.id)
         pids = [self.prompt_ids(p) for p, _ in batch]
         return {"client": self.id, "step": step, "public": True, **self._train(pids, groups)}
 
@@ -172,7 +177,10 @@ class ClientCore:
         return self.trainer.response_logprobs([Sample(tuple(prompt_ids), tuple(response_ids), 0.0)])[0].tolist()
 
 
-@ray.remote(max_restarts=0)
+# A client that dies (killed process, lost node) is restarted by Ray: its constructor runs again with the
+# same arguments. Calls in flight fail instead of being retried on the fresh actor (max_task_retries=0):
+# the driver then restarts every client and redoes the round from its start (jobs.federation).
+@ray.remote(max_restarts=-1, max_task_retries=0)
 class ClientActor(ClientCore):
     """Ray actor around ClientCore; adds the collective averaging among client actors."""
 
@@ -181,8 +189,9 @@ class ClientActor(ClientCore):
         super().__init__(*args, **kwargs)
         self._group: str | None = None
 
-    def ping(self) -> int:
-        return self.id
+    def ping(self) -> tuple[int, int]:
+        """(client id, process id): a new pid means the actor was restarted."""
+        return self.id, os.getpid()
 
     def init_collective(self, world_size: int, rank: int, backend: str, group_name: str) -> None:
         import ray.util.collective as col
@@ -190,10 +199,11 @@ class ClientActor(ClientCore):
         col.init_collective_group(world_size, rank, backend=backend, group_name=group_name)
         self._group = group_name
 
-    def allreduce_average(self, weight: float) -> dict:
+    def allreduce_average(self, weight: float, round_idx: int = 0) -> dict:
         """Weighted sum of all clients' adapters via allreduce (weights sum to 1 across clients)."""
         import ray.util.collective as col
 
+        maybe_crash("client", round_idx, 0, "average", self.id)
         flat, spec = self.weighted_adapter(weight)
         col.allreduce(flat, group_name=self._group)
         averaged = unflatten(flat, spec)

@@ -1,32 +1,29 @@
-"""ServerActor: the public and test sets, public batches, the response pool and swap, the global adapter.
+"""ServerActor: the public and test sets, public batches, the response pool and swap.
 
-The server never receives private prompts: it is sent only its own public prompts' responses (and the
-global adapter). Swapped groups are put into the object store, one object per client, so each client
-fetches only its own group.
+The server never receives private prompts: it is sent only its own public prompts' responses. Swapped
+groups are put into the object store, one object per client, so each client fetches only its own group.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import ray
 
 from pubswap.config import from_dict
 from pubswap.data.rows import Row
-from pubswap.lora import Adapter, save_adapter
 from pubswap.seeding import rng
 from pubswap.swap import swap
 
 
-@ray.remote(max_restarts=0)
+# The server's state is its constructor's arguments (public and test sets) plus what one step puts in
+# flight, so a restarted server (same arguments) serves the redone round exactly as before.
+@ray.remote(max_restarts=-1, max_task_retries=0)
 class ServerActor:
-    def __init__(self, cfg: dict, public: Sequence[Row], test: Sequence[Row], run_dir: str):
+    def __init__(self, cfg: dict, public: Sequence[Row], test: Sequence[Row]):
         self.cfg = from_dict(cfg)
         self.public = list(public)
         self.test = list(test)
-        self.run_dir = Path(run_dir)
-        self.global_adapter: Adapter | None = None
         self.seen_prompts: set[str] = set()
 
     def public_batch(self, round_idx: int, step: int) -> list[tuple[str, str]]:
@@ -49,11 +46,6 @@ class ServerActor:
         text_bytes = sum(len(r.text.encode()) + 4 * len(r.token_ids) for c in pool for g in c for r in g)
         return {"groups": [ray.put(g) for g in groups], "swapped_in": stats.swapped_in,
                 "missing_donors": stats.missing_donors, "pool_bytes": text_bytes, "provenance": provenance}
-
-    def set_global(self, adapter: Adapter, round_idx: int, lora_config) -> str:
-        self.global_adapter = adapter
-        path = save_adapter(self.run_dir / "adapters" / f"round_{round_idx:04d}", adapter, lora_config)
-        return str(path)
 
     def test_shards(self, n: int) -> list[list[tuple[str, str]]]:
         rows = [(r.prompt, r.answer) for r in self.test]

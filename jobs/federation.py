@@ -1,14 +1,22 @@
 """The running federation: a ServerActor, N ClientActors in a placement group, and their collective group.
 
 This is the only place that talks to Ray for the round protocol; `jobs.train` drives it round by round.
+
+Failures. Every call waits on all its actors and fails fast: the first actor that died (killed process,
+lost node) raises `ActorLost` at once, without waiting on survivors that may be blocked in a
+collective with the dead one. `recover()` then restarts every client (the torch.distributed world of a
+gloo/NCCL group is fixed per process, so survivors cannot admit a newcomer), forms a new collective
+group and loads the round-start global adapter into all of them: the round is then redone exactly.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 
 import ray
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError
 
 from actors.client import ClientActor
 from actors.server import ServerActor
@@ -17,6 +25,21 @@ from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
 from pubswap.lora import Adapter
+
+ACTOR_FAILURES = (RayActorError, ActorUnavailableError, ObjectLostError, OwnerDiedError)
+
+
+class ActorLost(RuntimeError):
+    """A client or the server died during a call; the round can be redone after `recover()`."""
+
+
+def gather(refs: Sequence[ray.ObjectRef]) -> list:
+    """ray.get of every ref, raising the first failure as soon as it is known (not in list order)."""
+    pending = list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        ray.get(ready)  # raises if that task failed
+    return ray.get(list(refs))
 
 
 class Federation:
@@ -30,59 +53,88 @@ class Federation:
                           res.placement_timeout_s)
         cfg_dict = cfg.to_dict()
         work_dir = f"{run_dir}/work"
-        self.server = ServerActor.options(num_cpus=0).remote(cfg_dict, split.public, split.test, run_dir)
+        self.server = ServerActor.options(num_cpus=0).remote(cfg_dict, split.public, split.test)
         self.clients = [
             ClientActor.options(num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(
                 self.pg, i)).remote(cfg_dict, i, split.clients[i], model_dir, work_dir)
             for i in range(n)
         ]
-        ray.get([c.ping.remote() for c in self.clients])
-        self.group = f"clients-{uuid.uuid4().hex[:8]}"
-        ray.get([c.init_collective.remote(n, i, self.backend, self.group) for i, c in enumerate(self.clients)])
+        self.restarts = 0
+        self._connect()
         self.strategy = make_strategy(cfg.federation)
         sizes = [len(c) for c in split.clients]
         self.weights = normalized_weights(sizes if cfg.federation.weighting == "samples" else None, n)
 
+    def _connect(self) -> None:
+        """Wait for every actor, note the client processes, and form a fresh collective group."""
+        timeout = self.cfg.fault_tolerance.restart_timeout_s
+        try:
+            self.pids = [pid for _, pid in ray.get([c.ping.remote() for c in self.clients], timeout=timeout)]
+            ray.get(self.server.test_shards.remote(1), timeout=timeout)
+        except GetTimeoutError:
+            raise RuntimeError(f"client actors did not come up within {timeout:.0f}s "
+                               "(fault_tolerance.restart_timeout_s); see the Ray dashboard or `ray status`") from None
+        self.group = f"clients-{uuid.uuid4().hex[:8]}"
+        n = len(self.clients)
+        gather([c.init_collective.remote(n, i, self.backend, self.group) for i, c in enumerate(self.clients)])
+
+    def _call(self, refs: Sequence[ray.ObjectRef]) -> list:
+        try:
+            return gather(refs)
+        except ACTOR_FAILURES as e:
+            raise ActorLost(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+
+    def recover(self, global_adapter: Adapter) -> float:
+        """Restart every client, re-form the collective group, load `global_adapter`; returns seconds taken."""
+        t = time.perf_counter()
+        for c in self.clients:
+            ray.kill(c, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
+        self.restarts += 1
+        self._connect()
+        self.set_global(global_adapter)
+        return time.perf_counter() - t
+
     def initial_adapter(self) -> Adapter:
-        return ray.get(self.clients[0].get_adapter.remote())
+        return self._call([self.clients[0].get_adapter.remote()])[0]
+
+    def lora_config(self):
+        return self._call([self.clients[0].lora_config.remote()])[0]
 
     def set_global(self, adapter: Adapter) -> None:
         ref = ray.put(adapter)  # one copy in the object store, fetched by every client
-        ray.get([c.set_global.remote(ref) for c in self.clients])
+        self._call([c.set_global.remote(ref) for c in self.clients])
 
     def private_step(self, round_idx: int, step: int) -> dict:
-        results = ray.get([c.private_step.remote(round_idx, step) for c in self.clients])
+        results = self._call([c.private_step.remote(round_idx, step) for c in self.clients])
         return {"step": step, "public": False, "clients": results}
 
     def public_step(self, round_idx: int, step: int) -> dict:
         batch_ref = self.server.public_batch.remote(round_idx, step)
         answers = [c.answer_public.remote(batch_ref, round_idx, step) for c in self.clients]
-        swapped = ray.get(self.server.swap.remote(round_idx, step, batch_ref, *answers))
-        gen_s = [a["gen_s"] for a in ray.get(answers)]
-        results = ray.get([c.public_step.remote(batch_ref, g, step)
-                           for c, g in zip(self.clients, swapped["groups"])])
+        swapped_ref = self.server.swap.remote(round_idx, step, batch_ref, *answers)
+        swapped = self._call([swapped_ref, *answers])[0]
+        gen_s = [a["gen_s"] for a in self._call(answers)]
+        results = self._call([c.public_step.remote(batch_ref, g, round_idx, step)
+                              for c, g in zip(self.clients, swapped["groups"])])
         for r, g in zip(results, gen_s):
             r["gen_s"] = g
         return {"step": step, "public": True, "clients": results, "swapped_in": swapped["swapped_in"],
                 "missing_donors": swapped["missing_donors"], "pool_bytes": swapped["pool_bytes"],
                 "provenance": swapped["provenance"]}
 
-    def average(self) -> tuple[Adapter, list[dict]]:
+    def average(self, round_idx: int = 0) -> tuple[Adapter, list[dict]]:
         if not self.strategy.linear:
             raise NotImplementedError(f"non-linear aggregation {self.strategy.name!r} runs on the server (not yet)")
-        results = ray.get([c.allreduce_average.remote(w) for c, w in zip(self.clients, self.weights)])
+        results = self._call([c.allreduce_average.remote(w, round_idx) for c, w in zip(self.clients, self.weights)])
         averaged = next(r.pop("averaged") for r in results if r.get("averaged") is not None)
         for r in results:
             r.pop("averaged", None)
         return averaged, results
 
-    def save_global(self, adapter: Adapter, round_idx: int, lora_config) -> str:
-        return ray.get(self.server.set_global.remote(adapter, round_idx, lora_config))
-
     def evaluate(self, round_idx: int) -> tuple[float, int]:
-        shards = ray.get(self.server.test_shards.remote(len(self.clients)))
-        rewards = [r for rs in ray.get([c.evaluate.remote(s, round_idx) for c, s in zip(self.clients, shards)])
-                   for r in rs]
+        shards = self._call([self.server.test_shards.remote(len(self.clients))])[0]
+        per_client = self._call([c.evaluate.remote(s, round_idx) for c, s in zip(self.clients, shards)])
+        rewards = [r for rs in per_client for r in rs]
         return (sum(rewards) / len(rewards) if rewards else 0.0), len(rewards)
 
     def shutdown(self) -> None:
@@ -91,7 +143,3 @@ class Federation:
         for a in [*self.clients, self.server]:
             ray.kill(a)
         remove_placement_group(self.pg)
-
-
-def mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs) if xs else 0.0

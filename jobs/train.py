@@ -3,9 +3,13 @@
     python -m jobs.train --config configs/default.yaml [dotted.key=value ...]      # starts a local Ray
     ray job submit --working-dir . -- python -m jobs.train --config configs/X.yaml run_dir=/shared/runs/X
 
-One round (DESIGN.md): broadcast the global adapter; tau local steps, every swap_period-th a public
-step for PubSwap methods; average the adapters (allreduce among clients); save the global adapter;
-evaluate pass@1 on the server's test set; append one line to metrics.jsonl.
+One round (DESIGN.md): tau local steps from the global adapter, every swap_period-th a public step for
+PubSwap methods; average the adapters (allreduce among clients); evaluate pass@1 on the server's test
+set; append one line to metrics.jsonl; commit the checkpoint run_dir/checkpoints/round_NNNN.
+
+Running the same command again on the same run_dir resumes after the newest intact checkpoint (a
+finished run does nothing; a different config is refused). A client or server that dies mid-round is
+restarted and the round redone from its start, so the result is the same as without the failure.
 """
 
 from __future__ import annotations
@@ -17,10 +21,17 @@ import sys
 import time
 from pathlib import Path
 
-from pubswap.config import ConfigError, RunConfig, load_config
+from pubswap import metrics_log
+from pubswap.checkpoint import (Checkpoint, ResumeError, latest_checkpoint, round_dir, save_checkpoint, verify,
+                                write_text_atomic)
+from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.reasoning_gym_tasks import reasoning_gym_rows
 from pubswap.data.split import FederatedSplit
+from pubswap.faults import ENV as FAULT_ENV
+from pubswap.faults import maybe_crash
+from pubswap.lora import Adapter, num_bytes
+from pubswap.metrics_log import read_records
 from pubswap.models import resolve_model
 
 
@@ -45,10 +56,16 @@ def init_ray() -> None:
         "VLLM_CPU_KVCACHE_SPACE", "1"), "PYTHONUNBUFFERED": "1",
                          # fewer glibc malloc arenas: multi-threaded torch processes hold less idle RSS
                          "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}}
+    if os.environ.get(FAULT_ENV):  # a fault drill: the actors must see the spec file too
+        env["env_vars"][FAULT_ENV] = os.environ[FAULT_ENV]
     if os.environ.get("RAY_ADDRESS"):
         ray.init(runtime_env=env)  # inside `ray job submit`, or a user-chosen cluster
     else:
         ray.init(runtime_env=env, include_dashboard=False)
+
+
+def mean(xs) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float) -> str:
@@ -62,75 +79,144 @@ def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float)
             f"gen {gen:.1f}s train {train:.1f}s ({elapsed:.0f}s total)")
 
 
-def train(cfg: RunConfig) -> dict:
-    """Run the configured rounds; returns {'base_pass@1', 'final_pass@1', 'run_dir', 'wall_s'}."""
-    import ray
+def _round_record(r: int, steps: list[dict], avg: list[dict], n: int, adapter_bytes: int, round_s: float) -> dict:
+    gen_s = sum(max(c["gen_s"] for c in st["clients"]) for st in steps)
+    train_s = sum(max(c["train_s"] for c in st["clients"]) for st in steps)
+    return {
+        "round": r, "steps": steps, "drift_sq": [a["drift_sq"] for a in avg],
+        "time": {"round_s": round_s, "gen_s": gen_s, "train_s": train_s, "other_s": round_s - gen_s - train_s},
+        "bytes": {"adapter": adapter_bytes, "broadcast": n * adapter_bytes, "allreduce": 2 * (n - 1) * adapter_bytes,
+                  "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps)},
+        "reward_mean": [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(n)],
+    }
 
-    from jobs.federation import Federation, mean
-    from pubswap.lora import num_bytes
+
+def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tuple[dict, Adapter]:
+    """tau local steps (public ones for PubSwap), the average, and (if due) the evaluation of round r.
+
+    Every client holds the round-start global adapter with a fresh optimizer when this is called.
+    """
+    f = cfg.federation
+    t_round = time.perf_counter()
+    steps = []
+    for s in range(1, f.tau + 1):
+        maybe_crash("driver", r, s, "step")
+        out = fed.public_step(r, s) if f.is_public_step(s) else fed.private_step(r, s)
+        steps.append(out)
+        print(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0), flush=True)
+    global_adapter, avg = fed.average(r)
+    record = _round_record(r, steps, avg, f.num_clients, adapter_bytes, 0.0)
+    if r % cfg.eval_every == 0 or r == f.rounds:
+        record["pass@1"], _ = fed.evaluate(r)
+    record["time"]["round_s"] = round_s = time.perf_counter() - t_round
+    record["time"]["other_s"] = round_s - record["time"]["gen_s"] - record["time"]["train_s"]
+    return record, global_adapter
+
+
+def _resume_point(cfg: RunConfig, ckpt_dir: Path) -> Checkpoint | None:
+    """The checkpoint to continue from, after checking that this config may continue it."""
+    ckpt = latest_checkpoint(ckpt_dir)
+    if ckpt is None:
+        return None
+    conflicts = resume_conflicts(ckpt.state["config"], cfg.to_dict())
+    if conflicts:
+        raise ResumeError(f"{ckpt_dir.parent} holds a run with a different config, so it cannot be resumed with "
+                          "this one:\n  " + "\n  ".join(conflicts) +
+                          "\nUse a new run_dir, or the saved settings (config.json there).")
+    return ckpt
+
+
+def _summary(run_dir: Path, base_pass: float, records: list[dict], wall: float) -> dict:
+    evaluated = [r["pass@1"] for r in records if "pass@1" in r]
+    summary = {"base_pass@1": base_pass, "final_pass@1": evaluated[-1] if evaluated else base_pass,
+               "best_pass@1": max([base_pass, *evaluated]), "rounds": len(records), "run_dir": str(run_dir),
+               "wall_s": wall}
+    write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+def train(cfg: RunConfig) -> dict:
+    """Run (or resume) the configured rounds; returns the summary written to run_dir/summary.json."""
+    from jobs.federation import ActorLost, Federation
 
     t0 = time.perf_counter()
+    f, ft = cfg.federation, cfg.fault_tolerance
     run_dir = Path(cfg.run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
+    ckpt = _resume_point(cfg, ckpt_dir)
+    if ckpt is not None and ckpt.round >= f.rounds:
+        records = read_records(metrics_path)
+        print(f"{run_dir}: the run already finished (round {ckpt.round} of {f.rounds} is checkpointed); nothing to "
+              "do. Raise federation.rounds to continue it.", flush=True)
+        return _summary(run_dir, ckpt.state["base_pass@1"], records[: ckpt.round], 0.0)
+    write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg)
+    fingerprint = split.fingerprint()
+    if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
+        raise ResumeError(f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
+                          "a changed dataset or task generator); refusing to resume")
     print(f"run dir: {run_dir}\nmodel: {model_dir}\nclient topic split (Dirichlet alpha={cfg.data.dirichlet_alpha}):\n"
           f"{format_histogram(split)}", flush=True)
 
     init_ray()
-    f = cfg.federation
     fed = Federation(cfg, split, model_dir, str(run_dir))
-    metrics_path = run_dir / "metrics.jsonl"
-    metrics_path.write_text("")
     try:
-        global_adapter = fed.initial_adapter()
-        adapter_bytes = num_bytes(global_adapter)
-        lora_config = ray.get(fed.clients[0].lora_config.remote())
-        fed.set_global(global_adapter)
-        base_pass, n_eval = fed.evaluate(0)
-        print(f"base model pass@1 = {base_pass:.3f} on {n_eval} test prompts ({time.perf_counter() - t0:.0f}s)",
-              flush=True)
-        final_pass = base_pass
-        for r in range(1, f.rounds + 1):
-            # every client already holds the global adapter with a fresh optimizer: the broadcast
-            # before the base evaluation (round 1) or the allreduce that ended the previous round
-            t_round = time.perf_counter()
-            steps = []
-            for s in range(1, f.tau + 1):
-                out = fed.public_step(r, s) if f.is_public_step(s) else fed.private_step(r, s)
-                steps.append(out)
-                print(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0), flush=True)
-            global_adapter, avg = fed.average()
-            fed.save_global(global_adapter, r, lora_config)
-            record = {"round": r, "steps": steps, "drift_sq": [a["drift_sq"] for a in avg]}
-            if r % cfg.eval_every == 0 or r == f.rounds:
-                final_pass, _ = fed.evaluate(r)
-                record["pass@1"] = final_pass
-            n = f.num_clients
-            gen_s = sum(max(c["gen_s"] for c in st["clients"]) for st in steps)
-            train_s = sum(max(c["train_s"] for c in st["clients"]) for st in steps)
-            round_s = time.perf_counter() - t_round
-            record["time"] = {"round_s": round_s, "gen_s": gen_s, "train_s": train_s,
-                              "other_s": round_s - gen_s - train_s}
-            record["bytes"] = {"adapter": adapter_bytes, "broadcast": n * adapter_bytes,
-                               "allreduce": 2 * (n - 1) * adapter_bytes,
-                               "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps)}
-            record["reward_mean"] = [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(n)]
-            with metrics_path.open("a") as fh:
-                fh.write(json.dumps(record) + "\n")
-            pass_txt = f" pass@1 {record['pass@1']:.3f}" if "pass@1" in record else ""
-            print(f"round {r}/{f.rounds} done in {round_s:.0f}s (gen {gen_s:.0f}s, train {train_s:.0f}s, "
-                  f"other {round_s - gen_s - train_s:.0f}s) drift {mean(record['drift_sq']):.2e}{pass_txt}",
+        lora_config = fed.lora_config()
+        if ckpt is None:
+            global_adapter = fed.initial_adapter()
+            fed.set_global(global_adapter)
+            base_pass, n_eval = fed.evaluate(0)
+            print(f"base model pass@1 = {base_pass:.3f} on {n_eval} test prompts ({time.perf_counter() - t0:.0f}s)",
                   flush=True)
+            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base_pass}
+            save_checkpoint(ckpt_dir, 0, global_adapter, lora_config, {**fixed, "record": None})
+            write_text_atomic(metrics_path, "")
+            records, start = [], 1
+        else:
+            global_adapter = ckpt.adapter()
+            fed.set_global(global_adapter)
+            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"]}
+            records = metrics_log.rebuild(metrics_path, ckpt.round, lambda r: _checkpointed_record(ckpt_dir, r))
+            start = ckpt.round + 1
+            print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
+                  f"{len(records)} rounds of metrics kept", flush=True)
+        adapter_bytes = num_bytes(global_adapter)
+        for r in range(start, f.rounds + 1):
+            for attempt in range(ft.max_round_retries + 1):
+                try:
+                    record, new_global = run_round(fed, cfg, r, adapter_bytes, t0)
+                    break
+                except ActorLost as e:
+                    if attempt == ft.max_round_retries:
+                        raise RuntimeError(f"round {r} failed {attempt + 1} times "
+                                           f"(fault_tolerance.max_round_retries={ft.max_round_retries})") from e
+                    print(f"round {r}: an actor died ({e}); restarting the clients to redo round {r} from its "
+                          f"start (retry {attempt + 1}/{ft.max_round_retries})", flush=True)
+                    print(f"round {r}: clients back in {fed.recover(global_adapter):.0f}s", flush=True)
+            record["recoveries"] = attempt
+            global_adapter = new_global
+            # the log line first, then the commit: a crash in between leaves a line the resume drops
+            metrics_log.append_record(metrics_path, record)
+            save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record})
+            records.append(record)
+            t = record["time"]
+            pass_txt = f" pass@1 {record['pass@1']:.3f}" if "pass@1" in record else ""
+            print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s (gen {t['gen_s']:.0f}s, train {t['train_s']:.0f}s, "
+                  f"other {t['other_s']:.0f}s) drift {mean(record['drift_sq']):.2e}{pass_txt}; "
+                  f"checkpoint round_{r:04d}", flush=True)
     finally:
         fed.shutdown()
-    wall = time.perf_counter() - t0
-    summary = {"base_pass@1": base_pass, "final_pass@1": final_pass, "run_dir": str(run_dir), "wall_s": wall}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"base pass@1 {base_pass:.3f} -> final pass@1 {final_pass:.3f} in {wall:.0f}s; run dir {run_dir}",
-          flush=True)
+    summary = _summary(run_dir, fixed["base_pass@1"], records, time.perf_counter() - t0)
+    print(f"base pass@1 {summary['base_pass@1']:.3f} -> final pass@1 {summary['final_pass@1']:.3f} in "
+          f"{summary['wall_s']:.0f}s; run dir {run_dir}", flush=True)
     return summary
+
+
+def _checkpointed_record(ckpt_dir: Path, r: int) -> dict | None:
+    state, _ = verify(round_dir(ckpt_dir, r))
+    return state.get("record") if state else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
-    train(cfg)
+    try:
+        train(cfg)
+    except ResumeError as e:
+        print(f"cannot resume: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -122,6 +122,12 @@ class ResourcesConfig:
 
 
 @dataclass
+class FaultToleranceConfig:
+    max_round_retries: int = 3  # a round whose client or server died is redone at most this often
+    restart_timeout_s: float = 900.0  # wait this long for restarted actors (a lost node may need a new one)
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     run_dir: str = "runs/default"
@@ -132,6 +138,7 @@ class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
     eval_every: int = 1  # evaluate the global adapter every this many rounds (and before round 1)
 
     def to_dict(self) -> dict[str, Any]:
@@ -315,3 +322,37 @@ def validate(cfg: RunConfig) -> None:
          "resources.placement_strategy", "must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
     need(res.placement_timeout_s > 0, "resources.placement_timeout_s", "must be > 0")
     need(cfg.eval_every >= 1, "eval_every", "must be >= 1")
+    ft = cfg.fault_tolerance
+    need(ft.max_round_retries >= 0, "fault_tolerance.max_round_retries", "must be >= 0")
+    need(ft.restart_timeout_s > 0, "fault_tolerance.restart_timeout_s", "must be > 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# Resuming
+
+# What a resumed run may change: where and how it runs, how far, how often it evaluates. Everything
+# else (model, data, method, clients, seeds, hyperparameters, rollout backend) would change the result.
+RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.",
+                  "rollout.kv_cache_gib", "rollout.gpu_memory_utilization")
+
+
+def _dotted(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_dotted(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def resume_conflicts(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """'key: saved -> current' for every setting that differs and may not change on resume."""
+    a, b = _dotted(saved), _dotted(current)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_KEYS):
+            continue
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            out.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
+    return out

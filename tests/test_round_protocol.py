@@ -58,7 +58,7 @@ def test_round_protocol(method, local_ray, digit_model_dir, tmp_path):
             if method == "pubswap-random":
                 assert prov[0] == prov[1]  # every client trains on the same K per prompt
         # the round's global adapter is on disk and loadable
-        adapter = read_adapter(tmp_path / method / "adapters" / f"round_{rec['round']:04d}")
+        adapter = read_adapter(tmp_path / method / "checkpoints" / f"round_{rec['round']:04d}")
         assert all(torch.isfinite(t).all() for t in adapter.values())
     if method.startswith("pubswap"):
         assert total_swapped > 0

@@ -12,6 +12,8 @@ All sets are disjoint; the same seed gives the same split.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +33,16 @@ class FederatedSplit:
     @property
     def topics(self) -> list[str]:
         return sorted({r.topic for part in (*self.clients, self.public, self.test) for r in part})
+
+    def fingerprint(self) -> str:
+        """sha256 over every row of every set, in order: a resumed run must see the same data."""
+        h = hashlib.sha256()
+        for name, part in [*((f"client_{i}", c) for i, c in enumerate(self.clients)), ("public", self.public),
+                           ("test", self.test)]:
+            h.update(f"[{name}:{len(part)}]".encode())
+            for r in part:
+                h.update(json.dumps([r.prompt, r.answer, r.topic]).encode())
+        return h.hexdigest()
 
 
 def dirichlet_split(

@@ -1,0 +1,164 @@
+"""Per-round checkpoints of a run: committed atomically, verified on read, the newest good one wins.
+
+    run_dir/checkpoints/
+      round_0000/   the initial global adapter and the base model's pass@1
+      round_0003/   adapter_model.safetensors  adapter_config.json  state.json
+      LATEST        "round_0003": the newest committed checkpoint
+
+A checkpoint is written into a temp folder, fsynced, and renamed into place: the rename is the commit.
+LATEST is then replaced the same way; it is for people and tools, since the reader trusts the folders. `state.json` holds the round index, the sha256 of the weights
+file, the run's config and data fingerprint, and the round's metrics record. A folder whose state does
+not parse or whose weights do not match their hash is skipped with a warning and the previous good one
+is used.
+
+What a round needs besides the global adapter is derived from (seed, round, step, client) -- the
+private and public batches, rollout seeds, swap draws -- and the optimizer is reset every round, so
+there are no RNG states or data cursors to save: the round index *is* the cursor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pubswap.lora import WEIGHTS_NAME, Adapter, read_adapter, save_adapter
+
+FORMAT = 1
+STATE_NAME = "state.json"
+LATEST_NAME = "LATEST"
+PREFIX = "round_"
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint on disk is incomplete or corrupt and was skipped."""
+
+
+class ResumeError(RuntimeError):
+    """The run directory holds a run that this config cannot continue; the message says what differs."""
+
+
+@dataclass
+class Checkpoint:
+    round: int
+    path: Path
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def adapter(self) -> Adapter:
+        return read_adapter(self.path)
+
+
+def round_dir(ckpt_dir: Path, round_idx: int) -> Path:
+    return Path(ckpt_dir) / f"{PREFIX}{round_idx:04d}"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a reader sees the old or the new content, never a mix."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mapping, lora_config,
+                    state: Mapping[str, Any]) -> Path:
+    """Commit the global adapter after `round_idx` with its `state`; returns the checkpoint folder."""
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = round_dir(ckpt_dir, round_idx)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=ckpt_dir))
+    try:
+        save_adapter(tmp / "adapter", adapter, lora_config)
+        for f in (tmp / "adapter").iterdir():
+            os.replace(f, tmp / f.name)
+        (tmp / "adapter").rmdir()
+        full = {**state, "format": FORMAT, "round": round_idx, "weights_sha256": sha256_file(tmp / WEIGHTS_NAME)}
+        (tmp / STATE_NAME).write_text(json.dumps(full, indent=1))
+        for f in tmp.iterdir():
+            with open(f, "rb") as fh:
+                os.fsync(fh.fileno())
+        if final.exists():  # a redone round (after a resume) replaces its old folder
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(ckpt_dir)
+    write_text_atomic(ckpt_dir / LATEST_NAME, final.name + "\n")
+    return final
+
+
+def verify(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """(state, "") if the checkpoint folder is complete and intact, else (None, why not)."""
+    try:
+        state = json.loads((path / STATE_NAME).read_text())
+    except FileNotFoundError:
+        return None, f"no {STATE_NAME}"
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        return None, f"{STATE_NAME} does not parse ({e})"
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        return None, f"{STATE_NAME} has an unknown format"
+    if state.get("round") != int(path.name[len(PREFIX):]):
+        return None, f"{STATE_NAME} says round {state.get('round')}"
+    weights = path / WEIGHTS_NAME
+    if not weights.is_file():
+        return None, f"no {WEIGHTS_NAME}"
+    if sha256_file(weights) != state.get("weights_sha256"):
+        return None, f"{WEIGHTS_NAME} does not match its sha256 (truncated or modified)"
+    return state, ""
+
+
+def list_rounds(ckpt_dir: Path) -> list[int]:
+    out = []
+    for p in Path(ckpt_dir).glob(f"{PREFIX}*"):
+        suffix = p.name[len(PREFIX):]
+        if p.is_dir() and suffix.isdigit():
+            out.append(int(suffix))
+    return sorted(out)
+
+
+def latest_checkpoint(ckpt_dir: str | os.PathLike) -> Checkpoint | None:
+    """The newest intact checkpoint, warning about every newer one that is not; None if there is none."""
+    ckpt_dir = Path(ckpt_dir)
+    if not ckpt_dir.is_dir():
+        return None
+    for r in reversed(list_rounds(ckpt_dir)):
+        path = round_dir(ckpt_dir, r)
+        state, why = verify(path)
+        if state is None:
+            warnings.warn(f"checkpoint {path} is unusable ({why}); falling back to the previous one",
+                          CheckpointWarning, stacklevel=2)
+            continue
+        return Checkpoint(r, path, state)
+    return None
