@@ -33,12 +33,30 @@ class ActorLost(RuntimeError):
     """A client or the server died during a call; the round can be redone after `recover()`."""
 
 
-def gather(refs: Sequence[ray.ObjectRef]) -> list:
-    """ray.get of every ref, raising the first failure as soon as it is known (not in list order)."""
+def gather(refs: Sequence[ray.ObjectRef], grace_s: float = 30.0) -> list:
+    """ray.get of every ref, raising the first failure as soon as it is known (not in list order).
+
+    An actor's death wins over the errors it causes: when a task fails with an ordinary exception (a
+    survivor's collective reporting "connection reset by peer"), the other tasks get `grace_s` to
+    reveal a dead actor, whose error is then raised instead.
+    """
     pending = list(refs)
     while pending:
         ready, pending = ray.wait(pending, num_returns=1)
-        ray.get(ready)  # raises if that task failed
+        try:
+            ray.get(ready)
+        except ACTOR_FAILURES:
+            raise
+        except Exception as first:
+            done, _ = ray.wait(pending, num_returns=len(pending), timeout=grace_s) if pending else ([], [])
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except ACTOR_FAILURES as death:
+                    raise death from first
+                except Exception:
+                    pass
+            raise
     return ray.get(list(refs))
 
 
@@ -65,15 +83,29 @@ class Federation:
         sizes = [len(c) for c in split.clients]
         self.weights = normalized_weights(sizes if cfg.federation.weighting == "samples" else None, n)
 
-    def _connect(self) -> None:
-        """Wait for every actor, note the client processes, and form a fresh collective group."""
+    def _connect(self, old_pids: Sequence[int] = ()) -> None:
+        """Wait until every client answers from a process not in `old_pids` and the server answers,
+        then form a fresh collective group."""
         timeout = self.cfg.fault_tolerance.restart_timeout_s
-        try:
-            self.pids = [pid for _, pid in ray.get([c.ping.remote() for c in self.clients], timeout=timeout)]
-            ray.get(self.server.test_shards.remote(1), timeout=timeout)
-        except GetTimeoutError:
-            raise RuntimeError(f"client actors did not come up within {timeout:.0f}s "
-                               "(fault_tolerance.restart_timeout_s); see the Ray dashboard or `ray status`") from None
+        deadline = time.monotonic() + timeout
+        pids: list[int | None] = [None] * len(self.clients)
+        while None in pids:
+            for i, c in enumerate(self.clients):
+                if pids[i] is not None:
+                    continue
+                try:
+                    _, pid = ray.get(c.ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                    pids[i] = None if pid in old_pids else pid  # an old process: the kill has not landed yet
+                except (ActorUnavailableError, GetTimeoutError):
+                    pass  # restarting
+            if None in pids:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"client actors {[i for i, p in enumerate(pids) if p is None]} did not come "
+                                       f"up within {timeout:.0f}s (fault_tolerance.restart_timeout_s); see the Ray "
+                                       "dashboard or `ray status`")
+                time.sleep(0.2)
+        self.pids = pids
+        ray.get(self.server.test_shards.remote(1), timeout=timeout)
         self.group = f"clients-{uuid.uuid4().hex[:8]}"
         n = len(self.clients)
         gather([c.init_collective.remote(n, i, self.backend, self.group) for i, c in enumerate(self.clients)])
@@ -90,7 +122,7 @@ class Federation:
         for c in self.clients:
             ray.kill(c, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
         self.restarts += 1
-        self._connect()
+        self._connect(old_pids=self.pids)
         self.set_global(global_adapter)
         return time.perf_counter() - t
 

@@ -52,16 +52,18 @@ def init_ray() -> None:
 
     if ray.is_initialized():
         return
-    env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": os.environ.get(
-        "VLLM_CPU_KVCACHE_SPACE", "1"), "PYTHONUNBUFFERED": "1",
-                         # fewer glibc malloc arenas: multi-threaded torch processes hold less idle RSS
-                         "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2")}}
-    if os.environ.get(FAULT_ENV):  # a fault drill: the actors must see the spec file too
-        env["env_vars"][FAULT_ENV] = os.environ[FAULT_ENV]
+    defaults = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1",
+                # fewer glibc malloc arenas: multi-threaded torch processes hold less idle RSS
+                "MALLOC_ARENA_MAX": "2"}
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(runtime_env=env)  # inside `ray job submit`, or a user-chosen cluster
+        # inside `ray job submit` (or a user-chosen cluster): what the job's runtime_env sets is in our
+        # environment already, and Ray refuses to merge a key set twice, so add only the others
+        ray.init(runtime_env={"env_vars": {k: v for k, v in defaults.items() if k not in os.environ}})
     else:
-        ray.init(runtime_env=env, include_dashboard=False)
+        env_vars = {k: os.environ.get(k, v) for k, v in defaults.items()}
+        if os.environ.get(FAULT_ENV):  # a fault drill: the actors must see the spec file too
+            env_vars[FAULT_ENV] = os.environ[FAULT_ENV]
+        ray.init(runtime_env={"env_vars": env_vars}, include_dashboard=False)
 
 
 def mean(xs) -> float:

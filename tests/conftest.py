@@ -18,3 +18,38 @@ def digit_model_dir(tmp_path_factory):
     from tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("digit_model"), digits_only=True)
+
+
+@pytest.fixture(scope="session")
+def ft_reference(digit_model_dir, tmp_path_factory):
+    """An uninterrupted fault-tolerance reference run (see ray_helpers.ft_config); its run dir."""
+    from ray_helpers import ft_config, metrics, run_driver
+
+    run_dir = tmp_path_factory.mktemp("ft") / "reference"
+    proc = run_driver(ft_config(digit_model_dir, run_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["recoveries"] for r in metrics(run_dir)] == [0, 0]
+    return run_dir
+
+
+@pytest.fixture
+def ray_head():
+    """A local `ray start --head` cluster (2 CPUs, dashboard on 127.0.0.1); yields the dashboard address."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from ray_helpers import ray_cli
+
+    port, dash = 6390, 8275
+    temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must fit 107 chars
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    subprocess.run([ray_cli(), "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
+                    f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}"],
+                   check=True, capture_output=True, env=env, timeout=180)
+    try:
+        yield f"http://127.0.0.1:{dash}"
+    finally:
+        subprocess.run([ray_cli(), "stop", "--force"], capture_output=True, timeout=120)
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import yaml
+
+from pubswap.checkpoint import latest_checkpoint
 from pubswap.config import RunConfig, load_config
+from pubswap.faults import ENV as FAULT_ENV
 
 
 def tiny_config(model_dir: Path, run_dir: Path, *overrides: str) -> RunConfig:
@@ -20,3 +28,49 @@ def tiny_config(model_dir: Path, run_dir: Path, *overrides: str) -> RunConfig:
 
 
 RAY_ENV = {"env_vars": {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": "1"}}
+
+
+# --- fault tolerance: a small 2-round PubSwap run driven as a real `python -m jobs.train` process ------
+
+REPO = Path(__file__).resolve().parents[1]
+FT = ["federation.rounds=2", "federation.tau=3", "model.max_response_len=1", "federation.method=pubswap-balanced"]
+
+
+def ft_config(model_dir: Path, run_dir: Path, *extra: str) -> RunConfig:
+    """2 rounds of tau=3 (steps 1 private, 2 public, 3 private), 2 clients, digit model."""
+    return tiny_config(model_dir, run_dir, *FT, *extra)
+
+
+def write_config(cfg: RunConfig) -> Path:
+    path = Path(cfg.run_dir).parent / f"{Path(cfg.run_dir).name}.yaml"
+    path.write_text(yaml.safe_dump(cfg.to_dict()))
+    return path
+
+
+def run_driver(cfg: RunConfig, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m jobs.train --config X` in a fresh process (which starts its own local Ray)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", FAULT_ENV)} | (env_extra or {})
+    return subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def metrics(run_dir) -> list[dict]:
+    return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def final_sha(run_dir, rounds: int = 2) -> str:
+    """sha256 of the final global adapter's weights file: equal means equal to the last bit."""
+    ck = latest_checkpoint(Path(run_dir) / "checkpoints")
+    assert ck is not None and ck.round == rounds
+    return ck.state["weights_sha256"]
+
+
+def step_rewards(run_dir) -> list:
+    return [[c["reward_mean"] for st in rec["steps"] for c in st["clients"]] for rec in metrics(run_dir)]
+
+
+def ray_cli() -> str:
+    import shutil
+
+    exe = Path(sys.executable).with_name("ray")
+    return str(exe) if exe.exists() else shutil.which("ray")

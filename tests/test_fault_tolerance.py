@@ -1,0 +1,88 @@
+"""Faults injected mid-round end with the same final global adapter as an uninterrupted run, bitwise.
+
+One reference run (2 clients, PubSwap Balanced, 2 rounds of tau=3: steps 1 private, 2 public,
+3 private) and, against it: a client SIGKILLed in a private step, in a public step and before the
+allreduce; the driver SIGKILLed mid-round and rerun; the newest checkpoint truncated and the run
+resumed. "Same" is the sha256 of the final checkpoint's weights file, i.e. every bit of the adapter.
+"""
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import pytest
+import ray
+
+from jobs.train import train
+from pubswap.checkpoint import ResumeError
+from pubswap.faults import ENV as FAULT_ENV
+from pubswap.lora import WEIGHTS_NAME, read_adapter
+from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, step_rewards
+
+def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, digit_model_dir, tmp_path):
+    cfg = ft_config(digit_model_dir, tmp_path / "run")
+    fault = tmp_path / "fault.json"
+    fault.write_text(json.dumps({"who": "driver", "round": 2, "step": 2, "phase": "step"}))
+    killed = run_driver(cfg, {FAULT_ENV: str(fault)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "round 2/2 step 1/3" in killed.stdout and "round 2/2 step 2/3" not in killed.stdout
+    assert [r["round"] for r in metrics(cfg.run_dir)] == [1]
+    resumed = run_driver(cfg)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming after round 1" in resumed.stdout and "round 1/2 step" not in resumed.stdout
+    assert [r["round"] for r in metrics(cfg.run_dir)] == [1, 2]
+    assert final_sha(cfg.run_dir) == final_sha(ft_reference)
+    assert step_rewards(cfg.run_dir) == step_rewards(ft_reference)
+
+
+def test_truncated_latest_checkpoint_is_skipped_and_the_round_redone(ft_reference, digit_model_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(ft_reference, run_dir)
+    weights = run_dir / "checkpoints" / "round_0002" / WEIGHTS_NAME
+    weights.write_bytes(weights.read_bytes()[:1000])
+    proc = run_driver(ft_config(digit_model_dir, run_dir))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "round_0002 is unusable" in proc.stderr and "resuming after round 1" in proc.stdout
+    assert [r["round"] for r in metrics(run_dir)] == [1, 2]
+    assert final_sha(run_dir) == final_sha(ft_reference)
+    adapter = read_adapter(run_dir / "checkpoints/round_0002")
+    ref_adapter = read_adapter(ft_reference / "checkpoints/round_0002")
+    assert all((adapter[k] - ref_adapter[k]).abs().max().item() == 0.0 for k in ref_adapter)
+
+
+def test_finished_run_does_nothing_and_another_config_is_refused(ft_reference, digit_model_dir, capsys):
+    before = (ft_reference / "metrics.jsonl").read_text()
+    summary = train(ft_config(digit_model_dir, ft_reference))  # no Ray is started for this
+    assert "already finished" in capsys.readouterr().out
+    assert not ray.is_initialized()
+    assert (ft_reference / "metrics.jsonl").read_text() == before
+    assert summary["final_pass@1"] == metrics(ft_reference)[-1]["pass@1"]
+    with pytest.raises(ResumeError, match=r"federation\.method: 'pubswap-balanced' -> 'fedavg-grpo'") as e:
+        train(ft_config(digit_model_dir, ft_reference, "federation.method=fedavg-grpo", "federation.rounds=3"))
+    assert "grpo.K" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def ray_with_faults(tmp_path_factory):
+    fault = tmp_path_factory.mktemp("faults") / "fault.json"
+    env = {"env_vars": {**RAY_ENV["env_vars"], FAULT_ENV: str(fault)}}
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=env)
+    yield fault
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("client,step,phase", [(1, 1, "private_train"), (0, 2, "public_answer"),
+                                               (1, 0, "average")])
+def test_client_killed_mid_round_is_restarted_and_the_round_redone(ft_reference, digit_model_dir, tmp_path,
+                                                                   ray_with_faults, client, step, phase, capsys):
+    fault = ray_with_faults
+    fault.write_text(json.dumps({"who": "client", "client": client, "round": 2, "step": step, "phase": phase}))
+    train(ft_config(digit_model_dir, tmp_path / "run"))
+    assert not fault.exists() and Path(f"{fault}.fired").exists()  # the client really was killed
+    os.unlink(f"{fault}.fired")
+    assert "an actor died" in capsys.readouterr().out
+    assert [r["recoveries"] for r in metrics(tmp_path / "run")] == [0, 1]
+    assert final_sha(tmp_path / "run") == final_sha(ft_reference)
+    assert step_rewards(tmp_path / "run") == step_rewards(ft_reference)
