@@ -1,10 +1,16 @@
-"""ClientActor: one federated client = a rollout engine (vLLM) + a PEFT GRPO trainer on the same base.
+"""ClientActor: one rollout engine (vLLM) + one PEFT GRPO trainer, shared by the logical clients it hosts.
 
-Its private rows never leave it. Per local step it samples b private prompts, rolls out K responses
-with its *current* adapter, scores them and trains one GRPO step; on a public step it answers the
-server's public prompts (text, tokens and reward go to the server) and later trains on the group the
-server swapped together for it. After every trainer update the engine is pointed at the new adapter
-(saved as a PEFT folder, served under a fresh LoRA id).
+A logical client is a federated client: its private rows (which never leave it), its LoRA adapter and
+its optimizer moments. With one client per actor this is "one client, one GPU-pinned actor"; with many,
+16-128 clients fit on a few GPUs or one CPU box. Per local step the actor
+
+  * samples b private prompts for each hosted participant and rolls all of them out in ONE engine call,
+    each prompt answered with its own client's current adapter (multi-LoRA), then
+  * trains one GRPO step per client, switching the trainer to that client's adapter and optimizer.
+
+On a public step each hosted participant answers the server's prompts (text, tokens and reward go to
+the server) and later trains on the group the server swapped together for it. After every update the
+engine is pointed at the client's new adapter (saved as a PEFT folder, served under a fresh LoRA id).
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -33,15 +40,27 @@ from pubswap.trainer import LoraGRPOTrainer, Sample
 CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
 
 
-class ClientCore:
-    """The client's logic without Ray, so it reads (and can be driven) as plain Python."""
+@dataclass
+class LogicalClient:
+    id: int
+    rows: list[Row]
+    adapter: Adapter
+    optimizer: torch.optim.Optimizer
+    engine_dir: Path | None = None  # the adapter folder the engine serves for this client
+    pre_average: Adapter | None = None  # the adapter it had trained when the round's average began
 
-    def __init__(self, cfg: dict, client_id: int, rows: Sequence[Row], model_dir: str, work_dir: str):
+
+class ClientCore:
+    """The actor's logic without Ray, so it reads (and can be driven) as plain Python.
+
+    `shards` maps each hosted client id to its private rows.
+    """
+
+    def __init__(self, cfg: dict, shards: Mapping[int, Sequence[Row]], model_dir: str, work_dir: str):
+        if not shards:
+            raise ValueError("a client actor must host at least one client")
         self.cfg: RunConfig = from_dict(cfg)
-        self.id = client_id
-        self.rows = list(rows)
-        self.work_dir = Path(work_dir) / f"client_{client_id}"
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir = Path(work_dir)
         c = self.cfg
         self.trainer = LoraGRPOTrainer(model_dir, c.lora, c.grpo, dtype=self._train_dtype(),
                                        strategy=make_strategy(c.federation), seed=c.seed)
@@ -51,35 +70,65 @@ class ClientCore:
                                   dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
                                   kv_cache_gib=c.rollout.kv_cache_gib,
                                   gpu_memory_utilization=c.rollout.gpu_memory_utilization,
-                                  max_num_seqs=max(16, c.grpo.b * c.grpo.K))
+                                  max_num_seqs=max(16, len(shards) * c.grpo.b * c.grpo.K), max_loras=len(shards))
         self.reward_fn = make_reward(c.data.reward)
+        initial = self.trainer.adapter()
+        self.clients = {cid: LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer())
+                        for cid, rows in sorted(shards.items())}
         self._version = 0
-        self._engine_dir: Path | None = None
-        self.pre_average: Adapter | None = None
-        self._sync_engine()
+        self._active: int | None = None  # whose weights the trainer holds
+        for cid in self.clients:
+            self._sync_engine(cid)
 
     def _train_dtype(self) -> str:
         return self.cfg.model.dtype if torch.cuda.is_available() else "float32"
 
+    @property
+    def ids(self) -> list[int]:
+        return list(self.clients)
+
+    def _hosted(self, cids: Sequence[int] | None) -> list[int]:
+        if cids is None:
+            return self.ids
+        unknown = [c for c in cids if c not in self.clients]
+        if unknown:
+            raise ValueError(f"clients {unknown} are not hosted here (hosted: {self.ids})")
+        return list(cids)
+
     # --- adapter plumbing --------------------------------------------------------------------
 
-    def _sync_engine(self) -> None:
-        """Serve the trainer's current adapter from the engine (new folder, new LoRA id)."""
+    def _sync_engine(self, cid: int) -> None:
+        """Serve client `cid`'s current adapter from the engine (new folder, new LoRA id)."""
+        client = self.clients[cid]
         self._version += 1
-        path = save_adapter(self.work_dir / f"adapter_v{self._version}", self.trainer.adapter(),
+        path = save_adapter(self.work_dir / f"client_{cid}" / f"adapter_v{self._version}", client.adapter,
                             self.trainer.lora_config)
-        self.engine.set_adapter(str(path))
-        if self._engine_dir is not None:
-            shutil.rmtree(self._engine_dir, ignore_errors=True)
-        self._engine_dir = path
+        self.engine.set_adapter(str(path), key=cid)
+        if client.engine_dir is not None:
+            shutil.rmtree(client.engine_dir, ignore_errors=True)
+        client.engine_dir = path
+
+    def _activate(self, cid: int) -> None:
+        if self._active != cid:
+            client = self.clients[cid]
+            self.trainer.activate(client.adapter, client.optimizer)
+            self._active = cid
 
     def set_global(self, adapter: Adapter) -> None:
-        """Round start: load the global adapter; the optimizer is reset (paper: per round)."""
-        self.trainer.set_adapter(adapter, reset_optimizer=True)
-        self._sync_engine()
+        """Round start: every hosted client takes the global adapter and a fresh optimizer (paper: per round)."""
+        self.trainer.set_adapter(adapter, reset_optimizer=True)  # also the anchor of the client penalty
+        global_adapter = self.trainer.adapter()
+        for cid, client in self.clients.items():
+            client.adapter = global_adapter  # shared until the client trains (tensors are replaced, not mutated)
+            client.optimizer = self.trainer.new_optimizer()
+            self._sync_engine(cid)
+        self._active = None
 
-    def get_adapter(self) -> Adapter:
-        return self.trainer.adapter()
+    def get_adapter(self, cid: int | None = None) -> Adapter:
+        return self.clients[self.ids[0] if cid is None else cid].adapter
+
+    def get_pre_average(self, cid: int) -> Adapter | None:
+        return self.clients[cid].pre_average
 
     def lora_config(self):
         """The resolved PEFT LoraConfig (target modules expanded), for adapter folders written elsewhere."""
@@ -93,93 +142,127 @@ class ClientCore:
         ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
         return tuple(ids[-self.cfg.model.max_prompt_len:])
 
-    def _rollout(self, prompts: Sequence[str], answers: Sequence[str], n: int, temperature: float,
-                 seed_keys: tuple) -> tuple[list[tuple[int, ...]], list[list[Response]]]:
-        pids = [self.prompt_ids(p) for p in prompts]
-        seeds = [derive_seed(self.cfg.seed, *seed_keys, self.id, i) for i in range(len(prompts))]
+    def _rollout(self, requests: Sequence[tuple[int, Sequence[tuple[str, str]]]], n: int, temperature: float,
+                 seed_keys: tuple) -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
+        """One engine call for every (client id, [(prompt, answer), ...]) request; per request the prompt
+        ids and the scored groups. Prompt i of client c is seeded by (seed_keys, c, i)."""
+        pids, seeds, keys, answers = [], [], [], []
+        for cid, batch in requests:
+            for i, (prompt, answer) in enumerate(batch):
+                pids.append(self.prompt_ids(prompt))
+                seeds.append(derive_seed(self.cfg.seed, *seed_keys, cid, i))
+                keys.append(cid)
+                answers.append(answer)
         outs = self.engine.generate(pids, n=n, temperature=temperature, max_tokens=self.cfg.model.max_response_len,
-                                    seeds=seeds)
-        groups = []
-        for completions, answer in zip(outs, answers):
-            group = []
-            for c in completions:
-                text = self.tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
-                reward = self.reward_fn(text, answer)
-                group.append(Response(text=text, reward=reward, correct=reward > CORRECT_THRESHOLD, origin=self.id,
-                                      token_ids=tuple(c.token_ids)))
-            groups.append(group)
-        return pids, groups
+                                    seeds=seeds, keys=keys)
+        results, at = [], 0
+        for cid, batch in requests:
+            groups = []
+            for completions, answer in zip(outs[at:at + len(batch)], answers[at:at + len(batch)]):
+                group = []
+                for c in completions:
+                    text = self.tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
+                    reward = self.reward_fn(text, answer)
+                    group.append(Response(text=text, reward=reward, correct=reward > CORRECT_THRESHOLD, origin=cid,
+                                          token_ids=tuple(c.token_ids)))
+                groups.append(group)
+            results.append((pids[at:at + len(batch)], groups))
+            at += len(batch)
+        return results
 
-    def _train(self, pids: Sequence[tuple[int, ...]], groups: Sequence[Sequence[Response]]) -> dict:
+    def _train(self, cid: int, pids: Sequence[tuple[int, ...]], groups: Sequence[Sequence[Response]]) -> dict:
         rewards = torch.tensor([[r.reward for r in g] for g in groups], dtype=torch.float32)
         adv = group_advantages(rewards, self.cfg.grpo.adv_eps)
         samples = [Sample(pid, r.token_ids if r.token_ids else (self.tokenizer.eos_token_id,), float(a), r.origin)
                    for pid, g, row in zip(pids, groups, adv) for r, a in zip(g, row.tolist())]
         t = time.perf_counter()
+        self._activate(cid)
         metrics = self.trainer.step(samples)
-        self._sync_engine()
-        metrics.update(train_s=time.perf_counter() - t, reward_mean=rewards.mean().item(),
+        self.clients[cid].adapter = self.trainer.adapter()
+        self._sync_engine(cid)
+        metrics.update(client=cid, train_s=time.perf_counter() - t, reward_mean=rewards.mean().item(),
                        zero_adv_frac=zero_advantage_fraction(rewards),
-                       off_policy=sum(s.origin != self.id for s in samples),
+                       off_policy=sum(s.origin != cid for s in samples),
                        response_tokens=sum(len(s.response_ids) for s in samples))
         return metrics
 
     # --- the steps ---------------------------------------------------------------------------
 
-    def private_step(self, round_idx: int, step: int) -> dict:
+    def private_steps(self, round_idx: int, step: int, cids: Sequence[int] | None = None) -> list[dict]:
+        """One private GRPO step for each client in `cids` (default: all hosted), rolled out together."""
         g = self.cfg.grpo
-        gen = rng(self.cfg.seed, "private", round_idx, step, self.id)
-        idx = gen.choice(len(self.rows), size=g.b, replace=len(self.rows) < g.b)
-        batch = [self.rows[int(i)] for i in idx]
+        requests = []
+        for cid in self._hosted(cids):
+            rows = self.clients[cid].rows
+            idx = rng(self.cfg.seed, "private", round_idx, step, cid).choice(len(rows), size=g.b,
+                                                                              replace=len(rows) < g.b)
+            requests.append((cid, [(rows[int(i)].prompt, rows[int(i)].answer) for i in idx]))
         t = time.perf_counter()
-        pids, groups = self._rollout([r.prompt for r in batch], [r.answer for r in batch], g.K, g.temperature,
-                                     ("rollout", round_idx, step))
+        rolled = self._rollout(requests, g.K, g.temperature, ("rollout", round_idx, step))
         gen_s = time.perf_counter() - t
-        maybe_crash("client", round_idx, step, "private_train", self.id)
-        return {"client": self.id, "step": step, "public": False, "gen_s": gen_s, **self._train(pids, groups)}
+        out = []
+        for (cid, _), (pids, groups) in zip(requests, rolled):
+            maybe_crash("client", round_idx, step, "private_train", cid)
+            out.append({"step": step, "public": False, "gen_s": gen_s, **self._train(cid, pids, groups)})
+        return out
 
-    def answer_public(self, batch: Sequence[tuple[str, str]], round_idx: int, step: int) -> dict:
+    def answer_public(self, batch: Sequence[tuple[str, str]], round_idx: int, step: int,
+                      cids: Sequence[int] | None = None) -> dict:
+        """K responses per public prompt from each client in `cids`: {"responses": {cid: groups}, "gen_s"}."""
         g = self.cfg.grpo
+        hosted = self._hosted(cids)
         t = time.perf_counter()
-        _, groups = self._rollout([p for p, _ in batch], [a for _, a in batch], g.K, g.temperature,
-                                  ("public", round_idx, step))
-        maybe_crash("client", round_idx, step, "public_answer", self.id)
-        return {"responses": groups, "gen_s": time.perf_counter() - t}
+        rolled = self._rollout([(cid, batch) for cid in hosted], g.K, g.temperature, ("public", round_idx, step))
+        for cid in hosted:
+            maybe_crash("client", round_idx, step, "public_answer", cid)
+        return {"responses": {cid: groups for cid, (_, groups) in zip(hosted, rolled)},
+                "gen_s": time.perf_counter() - t}
 
-    def public_step(self, batch: Sequence[tuple[str, str]], groups: Sequence[Sequence[Response]], round_idx: int,
-                    step: int) -> dict:
-        maybe_crash("client", round_idx, step, "public_train", self.id)
+    def public_steps(self, batch: Sequence[tuple[str, str]], groups: Mapping[int, Sequence[Sequence[Response]]],
+                     round_idx: int, step: int) -> list[dict]:
+        """One GRPO step per client id in `groups` on the group the server swapped together for it."""
         pids = [self.prompt_ids(p) for p, _ in batch]
-        return {"client": self.id, "step": step, "public": True, **self._train(pids, groups)}
+        out = []
+        for cid in self._hosted(list(groups)):
+            maybe_crash("client", round_idx, step, "public_train", cid)
+            out.append({"step": step, "public": True, **self._train(cid, pids, groups[cid])})
+        return out
 
-    def weighted_adapter(self, weight: float) -> tuple[torch.Tensor, object]:
-        flat, spec = flatten(self.trainer.adapter())
-        return flat * weight, spec
+    def weighted_sum(self, weights: Mapping[int, float]) -> tuple[torch.Tensor, object]:
+        """sum over hosted clients c in `weights` of weights[c] * adapter_c, as one flat vector."""
+        flat, spec = flatten(self.get_adapter())
+        total = torch.zeros_like(flat)
+        for cid, w in sorted(weights.items()):
+            client = self.clients[cid]
+            client.pre_average = client.adapter
+            total += w * flatten(client.adapter)[0]
+        return total, spec
 
-    def finish_average(self, averaged: Adapter) -> dict:
-        pre = self.trainer.adapter()
-        self.pre_average = pre
-        drift = squared_distance(pre, averaged).item()
+    def finish_average(self, averaged: Adapter, weights: Mapping[int, float]) -> list[dict]:
+        drift = [{"client": cid, "drift_sq": squared_distance(self.clients[cid].adapter, averaged).item()}
+                 for cid in sorted(weights)]
         self.set_global(averaged)
-        return {"client": self.id, "drift_sq": drift}
+        return drift
 
     def evaluate(self, rows: Sequence[tuple[str, str]], round_idx: int) -> list[float]:
+        """pass@1 rewards of the global adapter (every hosted client holds it after set_global/average)."""
         if not rows:
             return []
-        _, groups = self._rollout([p for p, _ in rows], [a for _, a in rows], 1,
-                                  self.cfg.grpo.val_temperature, ("eval", round_idx))
+        ((_, groups),) = self._rollout([(self.ids[0], rows)], 1, self.cfg.grpo.val_temperature, ("eval", round_idx))
         return [g[0].reward for g in groups]
 
-    def engine_logprobs(self, token_ids: Sequence[int]) -> list[float]:
-        return self.engine.prompt_logprobs(token_ids)
+    def engine_logprobs(self, token_ids: Sequence[int], cid: int | None = None) -> list[float]:
+        return self.engine.prompt_logprobs(token_ids, key=self.ids[0] if cid is None else cid)
 
-    def trainer_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int]) -> list[float]:
+    def trainer_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
+                         cid: int | None = None) -> list[float]:
+        self._activate(self.ids[0] if cid is None else cid)
         return self.trainer.response_logprobs([Sample(tuple(prompt_ids), tuple(response_ids), 0.0)])[0].tolist()
 
 
-# A client that dies (killed process, lost node) is restarted by Ray: its constructor runs again with the
-# same arguments. Calls in flight fail instead of being retried on the fresh actor (max_task_retries=0):
-# the driver then restarts every client and redoes the round from its start (jobs.federation).
+# A client actor that dies (killed process, lost node) is restarted by Ray: its constructor runs again with
+# the same arguments. Calls in flight fail instead of being retried on the fresh actor (max_task_retries=0):
+# the driver then restarts every client actor and redoes the round from its start (jobs.federation).
 @ray.remote(max_restarts=-1, max_task_retries=0)
 class ClientActor(ClientCore):
     """Ray actor around ClientCore; adds the collective averaging among client actors."""
@@ -189,9 +272,9 @@ class ClientActor(ClientCore):
         super().__init__(*args, **kwargs)
         self._group: str | None = None
 
-    def ping(self) -> tuple[int, int]:
-        """(client id, process id): a new pid means the actor was restarted."""
-        return self.id, os.getpid()
+    def ping(self) -> tuple[list[int], int]:
+        """(hosted client ids, process id): a new pid means the actor was restarted."""
+        return self.ids, os.getpid()
 
     def init_collective(self, world_size: int, rank: int, backend: str, group_name: str) -> None:
         import ray.util.collective as col
@@ -199,14 +282,18 @@ class ClientActor(ClientCore):
         col.init_collective_group(world_size, rank, backend=backend, group_name=group_name)
         self._group = group_name
 
-    def allreduce_average(self, weight: float, round_idx: int = 0) -> dict:
-        """Weighted sum of all clients' adapters via allreduce (weights sum to 1 across clients)."""
+    def allreduce_average(self, weights: Mapping[int, float], round_idx: int = 0) -> dict:
+        """The weighted mean of the participants' adapters, via one allreduce among the client actors.
+
+        `weights` holds this actor's participants (possibly none) and their weights; the weights of all
+        participants on all actors sum to 1. Every hosted client then holds the mean.
+        """
         import ray.util.collective as col
 
-        maybe_crash("client", round_idx, 0, "average", self.id)
-        flat, spec = self.weighted_adapter(weight)
+        for cid in weights:
+            maybe_crash("client", round_idx, 0, "average", cid)
+        flat, spec = self.weighted_sum(weights)
         col.allreduce(flat, group_name=self._group)
         averaged = unflatten(flat, spec)
-        metrics = self.finish_average(averaged)
-        metrics["averaged"] = averaged if col.get_rank(self._group) == 0 else None
-        return metrics
+        return {"clients": self.finish_average(averaged, weights),
+                "averaged": averaged if col.get_rank(self._group) == 0 else None}

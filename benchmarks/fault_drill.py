@@ -33,14 +33,15 @@ from pubswap.config import load_config  # noqa: E402
 from pubswap.faults import ENV  # noqa: E402
 
 
-def run(cfg_path: Path, fault: dict | None, fault_file: Path) -> tuple[int, float]:
+def run(cfg_path: Path, fault: dict | None, fault_file: Path, log: Path) -> tuple[int, float]:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", ENV)}
     if fault:
         fault_file.write_text(json.dumps(fault))
         env[ENV] = str(fault_file)
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(cfg_path)], cwd=REPO, env=env,
-                          capture_output=True, text=True)
+    with open(log, "a") as fh:
+        proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(cfg_path)], cwd=REPO, env=env,
+                              stdout=fh, stderr=subprocess.STDOUT)
     return proc.returncode, time.perf_counter() - t
 
 
@@ -70,12 +71,13 @@ def main() -> int:
         cfg = load_config(args.config, [*args.overrides, f"run_dir={out / name}"])
         cfg_path = out / f"{name}.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg.to_dict()))
-        rc, secs = run(cfg_path, specs.get(name), out / f"{name}.fault.json")
+        log = out / f"{name}.log"
+        rc, secs = run(cfg_path, specs.get(name), out / f"{name}.fault.json", log)
         if name == "driver":
-            rc2, secs2 = run(cfg_path, None, out / "unused.json")
+            rc2, secs2 = run(cfg_path, None, out / "unused.json", log)
             rc, secs = (rc2 if rc == -9 else 1), secs + secs2
         if rc != 0:
-            print(f"{name}: the run failed (exit {rc}); see {out / name}", file=sys.stderr)
+            print(f"{name}: the run failed (exit {rc}); see {log}", file=sys.stderr)
             return 1
         ck = latest_checkpoint(out / name / "checkpoints")
         records = [json.loads(x) for x in (out / name / "metrics.jsonl").read_text().splitlines()]

@@ -1,4 +1,5 @@
-"""The running federation: a ServerActor, N ClientActors in a placement group, and their collective group.
+"""The running federation: a ServerActor, the ClientActors (each hosting one or more logical clients) in a
+placement group, and their collective group.
 
 This is the only place that talks to Ray for the round protocol; `jobs.train` drives it round by round.
 
@@ -20,11 +21,12 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostErr
 
 from actors.client import ClientActor
 from actors.server import ServerActor
-from placement import bundle_strategy, client_bundles, cluster_has_gpus, reserve
+from placement import assign_clients, bundle_strategy, client_bundles, cluster_has_gpus, reserve
 from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
 from pubswap.lora import Adapter
+from pubswap.participation import participants
 
 ACTOR_FAILURES = (RayActorError, ActorUnavailableError, ObjectLostError, OwnerDiedError)
 
@@ -61,40 +63,55 @@ def gather(refs: Sequence[ray.ObjectRef], grace_s: float = 30.0) -> list:
 
 
 class Federation:
+    """`actors[a]` hosts the logical clients `assignment[a]`; every call names the round's participants."""
+
     def __init__(self, cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir: str):
         self.cfg = cfg
-        n = cfg.federation.num_clients
-        res = cfg.resources
+        f, res = cfg.federation, cfg.resources
+        self.assignment = assign_clients(f.num_clients, res.num_actors)
         gpus = res.gpus_per_client if res.gpus_per_client is not None else (1.0 if cluster_has_gpus() else 0.0)
         self.backend = "nccl" if gpus > 0 else "gloo"
-        self.pg = reserve(client_bundles(n, res.cpus_per_client, gpus), res.placement_strategy,
+        self.pg = reserve(client_bundles(len(self.assignment), res.cpus_per_client, gpus), res.placement_strategy,
                           res.placement_timeout_s)
         cfg_dict = cfg.to_dict()
         work_dir = f"{run_dir}/work"
         self.server = ServerActor.options(num_cpus=0).remote(cfg_dict, split.public, split.test)
-        self.clients = [
+        self.actors = [
             ClientActor.options(num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(
-                self.pg, i)).remote(cfg_dict, i, split.clients[i], model_dir, work_dir)
-            for i in range(n)
+                self.pg, a)).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, work_dir)
+            for a, cids in enumerate(self.assignment)
         ]
+        self.pids: list[int] = []
         self.restarts = 0
         self._connect()
-        self.strategy = make_strategy(cfg.federation)
-        sizes = [len(c) for c in split.clients]
-        self.weights = normalized_weights(sizes if cfg.federation.weighting == "samples" else None, n)
+        self.strategy = make_strategy(f)
+        self.sizes = [len(c) for c in split.clients]
+
+    def participants(self, round_idx: int) -> list[int]:
+        f = self.cfg.federation
+        return participants(self.cfg.seed, round_idx, f.num_clients, f.clients_in_round())
+
+    def weights(self, cids: Sequence[int]) -> dict[int, float]:
+        """Aggregation weights of the round's participants, summing to 1."""
+        by_size = [self.sizes[c] for c in cids] if self.cfg.federation.weighting == "samples" else None
+        return dict(zip(cids, normalized_weights(by_size, len(cids))))
+
+    def _by_actor(self, cids: Sequence[int]) -> list[list[int]]:
+        chosen = set(cids)
+        return [[c for c in hosted if c in chosen] for hosted in self.assignment]
 
     def _connect(self, old_pids: Sequence[int] = ()) -> None:
-        """Wait until every client answers from a process not in `old_pids` and the server answers,
+        """Wait until every actor answers from a process not in `old_pids` and the server answers,
         then form a fresh collective group."""
         timeout = self.cfg.fault_tolerance.restart_timeout_s
         deadline = time.monotonic() + timeout
-        pids: list[int | None] = [None] * len(self.clients)
+        pids: list[int | None] = [None] * len(self.actors)
         while None in pids:
-            for i, c in enumerate(self.clients):
+            for i, actor in enumerate(self.actors):
                 if pids[i] is not None:
                     continue
                 try:
-                    _, pid = ray.get(c.ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                    _, pid = ray.get(actor.ping.remote(), timeout=max(1.0, deadline - time.monotonic()))
                     pids[i] = None if pid in old_pids else pid  # an old process: the kill has not landed yet
                 except (ActorUnavailableError, GetTimeoutError):
                     pass  # restarting
@@ -107,8 +124,8 @@ class Federation:
         self.pids = pids
         ray.get(self.server.test_shards.remote(1), timeout=timeout)
         self.group = f"clients-{uuid.uuid4().hex[:8]}"
-        n = len(self.clients)
-        gather([c.init_collective.remote(n, i, self.backend, self.group) for i, c in enumerate(self.clients)])
+        n = len(self.actors)
+        gather([a.init_collective.remote(n, i, self.backend, self.group) for i, a in enumerate(self.actors)])
 
     def _call(self, refs: Sequence[ray.ObjectRef]) -> list:
         try:
@@ -117,61 +134,67 @@ class Federation:
             raise ActorLost(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
 
     def recover(self, global_adapter: Adapter) -> float:
-        """Restart every client, re-form the collective group, load `global_adapter`; returns seconds taken."""
+        """Restart every client actor, re-form the collective group, load `global_adapter`; returns seconds."""
         t = time.perf_counter()
-        for c in self.clients:
-            ray.kill(c, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
+        for a in self.actors:
+            ray.kill(a, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
         self.restarts += 1
         self._connect(old_pids=self.pids)
         self.set_global(global_adapter)
         return time.perf_counter() - t
 
     def initial_adapter(self) -> Adapter:
-        return self._call([self.clients[0].get_adapter.remote()])[0]
+        return self._call([self.actors[0].get_adapter.remote()])[0]
 
     def lora_config(self):
-        return self._call([self.clients[0].lora_config.remote()])[0]
+        return self._call([self.actors[0].lora_config.remote()])[0]
 
     def set_global(self, adapter: Adapter) -> None:
-        ref = ray.put(adapter)  # one copy in the object store, fetched by every client
-        self._call([c.set_global.remote(ref) for c in self.clients])
+        ref = ray.put(adapter)  # one copy in the object store, fetched by every actor
+        self._call([a.set_global.remote(ref) for a in self.actors])
 
-    def private_step(self, round_idx: int, step: int) -> dict:
-        results = self._call([c.private_step.remote(round_idx, step) for c in self.clients])
-        return {"step": step, "public": False, "clients": results}
+    def _per_client(self, per_actor: list[list[dict]]) -> list[dict]:
+        return sorted((r for rs in per_actor for r in rs), key=lambda r: r["client"])
 
-    def public_step(self, round_idx: int, step: int) -> dict:
+    def private_step(self, round_idx: int, step: int, cids: Sequence[int]) -> dict:
+        refs = [a.private_steps.remote(round_idx, step, ids) for a, ids in zip(self.actors, self._by_actor(cids))
+                if ids]
+        return {"step": step, "public": False, "clients": self._per_client(self._call(refs))}
+
+    def public_step(self, round_idx: int, step: int, cids: Sequence[int]) -> dict:
         batch_ref = self.server.public_batch.remote(round_idx, step)
-        answers = [c.answer_public.remote(batch_ref, round_idx, step) for c in self.clients]
-        swapped_ref = self.server.swap.remote(round_idx, step, batch_ref, *answers)
+        busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
+        answers = [a.answer_public.remote(batch_ref, round_idx, step, ids) for a, ids in busy]
+        swapped_ref = self.server.swap.remote(round_idx, step, batch_ref, [ids for _, ids in busy], *answers)
         swapped = self._call([swapped_ref, *answers])[0]
-        gen_s = [a["gen_s"] for a in self._call(answers)]
-        results = self._call([c.public_step.remote(batch_ref, g, round_idx, step)
-                              for c, g in zip(self.clients, swapped["groups"])])
-        for r, g in zip(results, gen_s):
-            r["gen_s"] = g
+        gen_s = {cid: a["gen_s"] for a in self._call(answers) for cid in a["responses"]}
+        results = self._per_client(self._call([a.public_steps.remote(batch_ref, g, round_idx, step)
+                                               for (a, _), g in zip(busy, swapped["groups"])]))
+        for r in results:
+            r["gen_s"] = gen_s[r["client"]]
         return {"step": step, "public": True, "clients": results, "swapped_in": swapped["swapped_in"],
                 "missing_donors": swapped["missing_donors"], "pool_bytes": swapped["pool_bytes"],
                 "provenance": swapped["provenance"]}
 
-    def average(self, round_idx: int = 0) -> tuple[Adapter, list[dict]]:
+    def average(self, round_idx: int, cids: Sequence[int]) -> tuple[Adapter, list[dict]]:
+        """The participants' weighted mean, allreduced among all actors; every hosted client then holds it."""
         if not self.strategy.linear:
             raise NotImplementedError(f"non-linear aggregation {self.strategy.name!r} runs on the server (not yet)")
-        results = self._call([c.allreduce_average.remote(w, round_idx) for c, w in zip(self.clients, self.weights)])
-        averaged = next(r.pop("averaged") for r in results if r.get("averaged") is not None)
-        for r in results:
-            r.pop("averaged", None)
-        return averaged, results
+        w = self.weights(cids)
+        results = self._call([a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
+                              for a, ids in zip(self.actors, self._by_actor(cids))])
+        averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
+        return averaged, sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
 
     def evaluate(self, round_idx: int) -> tuple[float, int]:
-        shards = self._call([self.server.test_shards.remote(len(self.clients))])[0]
-        per_client = self._call([c.evaluate.remote(s, round_idx) for c, s in zip(self.clients, shards)])
-        rewards = [r for rs in per_client for r in rs]
+        shards = self._call([self.server.test_shards.remote(len(self.actors))])[0]
+        per_actor = self._call([a.evaluate.remote(s, round_idx) for a, s in zip(self.actors, shards)])
+        rewards = [r for rs in per_actor for r in rs]
         return (sum(rewards) / len(rewards) if rewards else 0.0), len(rewards)
 
     def shutdown(self) -> None:
         from ray.util.placement_group import remove_placement_group
 
-        for a in [*self.clients, self.server]:
+        for a in [*self.actors, self.server]:
             ray.kill(a)
         remove_placement_group(self.pg)

@@ -81,33 +81,39 @@ def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float)
             f"gen {gen:.1f}s train {train:.1f}s ({elapsed:.0f}s total)")
 
 
-def _round_record(r: int, steps: list[dict], avg: list[dict], n: int, adapter_bytes: int, round_s: float) -> dict:
+def _round_record(r: int, parts: list[int], steps: list[dict], avg: list[dict], num_actors: int,
+                  adapter_bytes: int) -> dict:
+    """The round's metrics; per-client lists are in the order of `parts` (the round's participants)."""
     gen_s = sum(max(c["gen_s"] for c in st["clients"]) for st in steps)
     train_s = sum(max(c["train_s"] for c in st["clients"]) for st in steps)
     return {
-        "round": r, "steps": steps, "drift_sq": [a["drift_sq"] for a in avg],
-        "time": {"round_s": round_s, "gen_s": gen_s, "train_s": train_s, "other_s": round_s - gen_s - train_s},
-        "bytes": {"adapter": adapter_bytes, "broadcast": n * adapter_bytes, "allreduce": 2 * (n - 1) * adapter_bytes,
+        "round": r, "participants": parts, "steps": steps, "drift_sq": [a["drift_sq"] for a in avg],
+        "time": {"round_s": 0.0, "gen_s": gen_s, "train_s": train_s, "other_s": 0.0},
+        # adapters move between actors, not logical clients: a ring allreduce sends 2(A-1)/A of it per actor
+        "bytes": {"adapter": adapter_bytes, "broadcast": num_actors * adapter_bytes,
+                  "allreduce": 2 * (num_actors - 1) * adapter_bytes,
                   "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps)},
-        "reward_mean": [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(n)],
+        "reward_mean": [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(len(parts))],
     }
 
 
 def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tuple[dict, Adapter]:
     """tau local steps (public ones for PubSwap), the average, and (if due) the evaluation of round r.
 
-    Every client holds the round-start global adapter with a fresh optimizer when this is called.
+    Every client holds the round-start global adapter with a fresh optimizer when this is called; the
+    round's participants (a seeded subset under partial participation) train and are averaged.
     """
     f = cfg.federation
     t_round = time.perf_counter()
+    parts = fed.participants(r)
     steps = []
     for s in range(1, f.tau + 1):
         maybe_crash("driver", r, s, "step")
-        out = fed.public_step(r, s) if f.is_public_step(s) else fed.private_step(r, s)
+        out = fed.public_step(r, s, parts) if f.is_public_step(s) else fed.private_step(r, s, parts)
         steps.append(out)
         print(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0), flush=True)
-    global_adapter, avg = fed.average(r)
-    record = _round_record(r, steps, avg, f.num_clients, adapter_bytes, 0.0)
+    global_adapter, avg = fed.average(r, parts)
+    record = _round_record(r, parts, steps, avg, len(fed.actors), adapter_bytes)
     if r % cfg.eval_every == 0 or r == f.rounds:
         record["pass@1"], _ = fed.evaluate(r)
     record["time"]["round_s"] = round_s = time.perf_counter() - t_round

@@ -1,4 +1,5 @@
-"""Placement: one resource bundle per client actor, reserved up front, with a clear error if it cannot fit."""
+"""Placement: logical clients onto actors, one resource bundle per client actor reserved up front, and a
+clear error if the cluster cannot hold them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,21 @@ class PlacementError(RuntimeError):
 
 def cluster_has_gpus() -> bool:
     return ray.cluster_resources().get("GPU", 0) > 0
+
+
+def assign_clients(num_clients: int, num_actors: int) -> list[list[int]]:
+    """Logical clients onto actors: contiguous blocks whose sizes differ by at most one
+    (num_actors=0 or >= num_clients: one client per actor)."""
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+    a = num_clients if num_actors <= 0 else min(num_actors, num_clients)
+    base, extra = divmod(num_clients, a)
+    out, start = [], 0
+    for i in range(a):
+        size = base + (i < extra)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
 
 
 def client_bundles(num_actors: int, cpus: float, gpus: float) -> list[dict[str, float]]:

@@ -80,6 +80,14 @@ class FederationConfig:
     aggregation: str = "fedit"
     weighting: str = "uniform"
     fedprox_mu: float = 0.01
+    # partial participation: each round a seeded subset of clients trains and is averaged
+    participation: float = 1.0  # fraction of clients per round (rounded, at least 1)
+    clients_per_round: int = 0  # if > 0, this many clients per round (overrides participation)
+
+    def clients_in_round(self) -> int:
+        if self.clients_per_round > 0:
+            return min(self.clients_per_round, self.num_clients)
+        return max(1, min(self.num_clients, round(self.participation * self.num_clients)))
 
     @property
     def swap_rule(self) -> str | None:
@@ -115,8 +123,9 @@ class RolloutConfig:
 
 @dataclass
 class ResourcesConfig:
-    cpus_per_client: float = 1.0
-    gpus_per_client: float | None = None  # None: 1 if the cluster has GPUs, else 0
+    num_actors: int = 0  # client actors; 0: one per client (the GPU default). Fewer: clients share actors
+    cpus_per_client: float = 1.0  # per client actor (the name predates multiplexing)
+    gpus_per_client: float | None = None  # per client actor; None: 1 if the cluster has GPUs, else 0
     placement_strategy: str = "PACK"  # PACK (one node) or SPREAD (across nodes)
     placement_timeout_s: float = 120.0
 
@@ -303,6 +312,8 @@ def validate(cfg: RunConfig) -> None:
     need(f.aggregation in AGGREGATIONS, "federation.aggregation", f"must be one of {AGGREGATIONS}")
     need(f.weighting in WEIGHTINGS, "federation.weighting", f"must be one of {WEIGHTINGS}")
     need(f.fedprox_mu >= 0, "federation.fedprox_mu", "must be >= 0")
+    need(0 < f.participation <= 1, "federation.participation", f"must be in (0, 1], got {f.participation}")
+    need(f.clients_per_round >= 0, "federation.clients_per_round", "must be >= 0 (0: use federation.participation)")
 
     need(len(d.tasks) > 0, "data.tasks", "must name at least one task")
     need(d.per_client >= 1, "data.per_client", "must be >= 1")
@@ -316,6 +327,8 @@ def validate(cfg: RunConfig) -> None:
     need(r.backend in ("vllm", "hf"), "rollout.backend", "must be 'vllm' or 'hf'")
     need(r.kv_cache_gib > 0, "rollout.kv_cache_gib", "must be > 0")
     need(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", "must be in (0, 1]")
+    need(0 <= res.num_actors <= f.num_clients, "resources.num_actors",
+         f"must be in [0, federation.num_clients={f.num_clients}] (0: one actor per client), got {res.num_actors}")
     need(res.cpus_per_client > 0, "resources.cpus_per_client", "must be > 0")
     need(res.gpus_per_client is None or res.gpus_per_client >= 0, "resources.gpus_per_client", "must be >= 0")
     need(res.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),

@@ -12,7 +12,10 @@ Balanced, per client n and prompt p, with c_n = number of n's own correct respon
 Random, per prompt p: draw K of the N*K pooled responses uniformly without replacement; every client
 gets the same K.
 
-Randomness: Balanced uses rng(seed, "balanced", round, step, n, p); Random uses
+With partial participation the pool holds the participants only: `client_ids[j]` names the client of
+`pool[j]`, and responses carry that id as their origin.
+
+Randomness: Balanced uses rng(seed, "balanced", round, step, client id, p); Random uses
 rng(seed, "random", round, step, p). Same inputs and keys -> same groups, in any process.
 """
 
@@ -42,10 +45,12 @@ class SwapStats:
     missing_donors: list[int]  # per client: replacements wanted but no donor left
 
 
-def _check_pool(pool: Pool) -> tuple[int, int, int]:
+def _check_pool(pool: Pool, client_ids: Sequence[int]) -> tuple[int, int, int]:
     n_clients = len(pool)
     if n_clients == 0:
         raise ValueError("pool is empty")
+    if len(client_ids) != n_clients or len(set(client_ids)) != n_clients:
+        raise ValueError(f"client_ids {list(client_ids)} must name the pool's {n_clients} clients, once each")
     n_prompts = len(pool[0])
     if n_prompts == 0:
         raise ValueError("pool has no prompts")
@@ -56,8 +61,8 @@ def _check_pool(pool: Pool) -> tuple[int, int, int]:
         for p, group in enumerate(per_client):
             if len(group) != k:
                 raise ValueError(f"client {n}, prompt {p}: {len(group)} responses, expected K={k}")
-            if any(r.origin != n for r in group):
-                raise ValueError(f"client {n}, prompt {p}: responses must carry origin={n}")
+            if any(r.origin != client_ids[n] for r in group):
+                raise ValueError(f"client {client_ids[n]}, prompt {p}: responses must carry origin={client_ids[n]}")
     return n_clients, n_prompts, k
 
 
@@ -84,8 +89,10 @@ def balanced_group(own: Sequence[Response], donors: Sequence[Response], gen) -> 
     return group, n_swap, wanted - n_swap
 
 
-def balanced_swap(pool: Pool, seed: int, round_idx: int, step: int) -> tuple[Groups, SwapStats]:
-    n_clients, n_prompts, _ = _check_pool(pool)
+def balanced_swap(pool: Pool, seed: int, round_idx: int, step: int,
+                  client_ids: Sequence[int] | None = None) -> tuple[Groups, SwapStats]:
+    ids = list(range(len(pool))) if client_ids is None else list(client_ids)
+    n_clients, n_prompts, _ = _check_pool(pool, ids)
     groups: Groups = []
     swapped = [0] * n_clients
     missing = [0] * n_clients
@@ -93,7 +100,7 @@ def balanced_swap(pool: Pool, seed: int, round_idx: int, step: int) -> tuple[Gro
         per_prompt = []
         for p in range(n_prompts):
             donors = [r for m in range(n_clients) if m != n for r in pool[m][p]]
-            gen = rng(seed, "balanced", round_idx, step, n, p)
+            gen = rng(seed, "balanced", round_idx, step, ids[n], p)
             group, s, miss = balanced_group(pool[n][p], donors, gen)
             per_prompt.append(group)
             swapped[n] += s
@@ -102,24 +109,28 @@ def balanced_swap(pool: Pool, seed: int, round_idx: int, step: int) -> tuple[Gro
     return groups, SwapStats(swapped_in=swapped, missing_donors=missing)
 
 
-def random_swap(pool: Pool, seed: int, round_idx: int, step: int) -> tuple[Groups, SwapStats]:
-    n_clients, n_prompts, k = _check_pool(pool)
+def random_swap(pool: Pool, seed: int, round_idx: int, step: int,
+                client_ids: Sequence[int] | None = None) -> tuple[Groups, SwapStats]:
+    ids = list(range(len(pool))) if client_ids is None else list(client_ids)
+    n_clients, n_prompts, k = _check_pool(pool, ids)
     shared: list[list[Response]] = []
     for p in range(n_prompts):
         everyone = [r for n in range(n_clients) for r in pool[n][p]]
         picks = rng(seed, "random", round_idx, step, p).choice(len(everyone), size=k, replace=False)
         shared.append([everyone[int(i)] for i in picks])
     groups = [[list(g) for g in shared] for _ in range(n_clients)]
-    swapped = [sum(r.origin != n for g in shared for r in g) for n in range(n_clients)]
+    swapped = [sum(r.origin != ids[n] for g in shared for r in g) for n in range(n_clients)]
     return groups, SwapStats(swapped_in=swapped, missing_donors=[0] * n_clients)
 
 
 SWAP_RULES = {"balanced": balanced_swap, "random": random_swap}
 
 
-def swap(rule: str, pool: Pool, seed: int, round_idx: int, step: int) -> tuple[Groups, SwapStats]:
+def swap(rule: str, pool: Pool, seed: int, round_idx: int, step: int,
+         client_ids: Sequence[int] | None = None) -> tuple[Groups, SwapStats]:
+    """`pool[j]` holds the responses of client `client_ids[j]` (default: client j); so do the groups."""
     try:
         fn = SWAP_RULES[rule]
     except KeyError:
         raise ValueError(f"unknown swap rule {rule!r}; known: {sorted(SWAP_RULES)}") from None
-    return fn(pool, seed, round_idx, step)
+    return fn(pool, seed, round_idx, step, client_ids)

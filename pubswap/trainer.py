@@ -78,9 +78,19 @@ class LoraGRPOTrainer:
     def trainable(self) -> dict[str, Tensor]:
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
 
-    def reset_optimizer(self) -> None:
+    def new_optimizer(self) -> torch.optim.Optimizer:
+        """A fresh AdamW over the live LoRA parameters (its moments are created at its first step)."""
         g = self.grpo
-        self.optimizer = torch.optim.AdamW(list(self.trainable().values()), lr=g.lr, weight_decay=g.weight_decay)
+        return torch.optim.AdamW(list(self.trainable().values()), lr=g.lr, weight_decay=g.weight_decay)
+
+    def reset_optimizer(self) -> None:
+        self.optimizer = self.new_optimizer()
+
+    def activate(self, adapter: Adapter, optimizer: torch.optim.Optimizer) -> None:
+        """Switch to another client's state: its LoRA weights become the live ones, its optimizer (from
+        `new_optimizer`, over the same parameter objects, with that client's moments) steps them."""
+        load_into_model(self.model, adapter)
+        self.optimizer = optimizer
 
     def set_adapter(self, adapter: Adapter, reset_optimizer: bool = True) -> None:
         """Load the (global) adapter; it becomes the anchor of the client penalty. Optimizer reset per round."""

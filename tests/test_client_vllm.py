@@ -22,7 +22,7 @@ def client(tiny_model_dir, tmp_path_factory):
     cfg = tiny_config(tiny_model_dir, run_dir, "rollout.backend=vllm", "federation.num_clients=1",
                       "grpo.lr=0.05", "grpo.kl_coef=0.0")
     rows = [Row(f"Calculate {a} + {b}.", str(a + b), "add") for a in range(4) for b in range(4)]
-    actor = ClientActor.options(num_cpus=0.5).remote(cfg.to_dict(), 0, rows, str(tiny_model_dir), str(run_dir))
+    actor = ClientActor.options(num_cpus=0.5).remote(cfg.to_dict(), {0: rows}, str(tiny_model_dir), str(run_dir))
     yield actor
     ray.kill(actor)
     ray.shutdown()
@@ -30,7 +30,7 @@ def client(tiny_model_dir, tmp_path_factory):
 
 def engine_vs_trainer(actor, prompt="Calculate 2 + 3."):
     out = ray.get(actor.answer_public.remote([(prompt, "5")], 0, 0))
-    response = list(out["responses"][0][0].token_ids)
+    response = list(out["responses"][0][0][0].token_ids)
     pids = list(ray.get(actor.prompt_ids.remote(prompt)))
     engine = ray.get(actor.engine_logprobs.remote(pids + response))[len(pids) - 1:]
     trainer = ray.get(actor.trainer_logprobs.remote(pids, response))
@@ -59,7 +59,7 @@ def test_engine_serves_current_adapter(client):
 
 def test_engine_follows_trainer_updates(client):
     before = ray.get(client.get_adapter.remote())
-    metrics = ray.get(client.private_step.remote(1, 1))
+    (metrics,) = ray.get(client.private_steps.remote(1, 1))
     assert metrics["gen_s"] > 0 and metrics["response_tokens"] > 0
     e, t = engine_vs_trainer(client, "Calculate 1 + 1.")
     assert torch.allclose(e, t, atol=1e-3), (e, t)

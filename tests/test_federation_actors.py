@@ -28,11 +28,11 @@ def test_allreduce_gives_every_client_the_weighted_mean(federation):
     base = fed.initial_adapter()
     gen = torch.Generator().manual_seed(0)
     distinct = [{k: v + torch.randn(v.shape, generator=gen) * (i + 1) for k, v in base.items()} for i in range(3)]
-    ray.get([c.set_global.remote(a) for c, a in zip(fed.clients, distinct)])
-    pre = ray.get([c.get_adapter.remote() for c in fed.clients])
-    averaged, metrics = fed.average()
-    post = ray.get([c.get_adapter.remote() for c in fed.clients])
-    w = fed.weights
+    ray.get([c.set_global.remote(a) for c, a in zip(fed.actors, distinct)])
+    pre = ray.get([c.get_adapter.remote() for c in fed.actors])
+    averaged, metrics = fed.average(1, [0, 1, 2])
+    post = ray.get([c.get_adapter.remote() for c in fed.actors])
+    w = [fed.weights([0, 1, 2])[c] for c in range(3)]
     assert w == pytest.approx([1 / 3] * 3)  # equal client sizes -> equal sample weights
     for k in base:
         mean_k = sum(wi * p[k] for wi, p in zip(w, pre))
@@ -46,8 +46,8 @@ def test_allreduce_gives_every_client_the_weighted_mean(federation):
 def test_server_sees_only_public_prompts(federation):
     fed, split = federation
     fed.set_global(fed.initial_adapter())
-    fed.private_step(1, 1)
-    out = fed.public_step(1, 2)
+    fed.private_step(1, 1, [0, 1, 2])
+    out = fed.public_step(1, 2, [0, 1, 2])
     assert len(out["swapped_in"]) == 3
     seen = set(ray.get(fed.server.get_seen_prompts.remote()))
     public = {r.prompt for r in split.public}

@@ -177,3 +177,23 @@ def test_pool_shape_and_origin_are_checked():
         random_swap(bad, 0, 0, 2)
     with pytest.raises(ValueError, match="unknown swap rule"):
         swap("greedy", make_pool([1]), 0, 0, 2)
+
+
+def test_participants_pool_is_keyed_by_client_ids():
+    """Partial participation: pool[j] belongs to client_ids[j]; donors and seeds follow the ids."""
+    from pubswap.seeding import rng as seeded
+
+    def group(cid, correct):
+        return [Response(f"{cid}-{k}", float(k < correct), k < correct, cid) for k in range(8)]
+
+    pool = [[group(3, 0)], [group(7, 8)]]
+    groups, stats = swap("balanced", pool, seed=1, round_idx=2, step=4, client_ids=[3, 7])
+    assert stats.swapped_in == [4, 0]
+    assert sorted(r.origin for r in groups[0][0]) == [3] * 4 + [7] * 4
+    # the draw is seeded by the client id (3), not by its position (0) in the pool
+    alone, _, _ = balanced_group(pool[0][0], pool[1][0], seeded(1, "balanced", 2, 4, 3, 0))
+    assert groups[0][0] == alone
+    with pytest.raises(ValueError, match="origin=7"):
+        swap("balanced", [[group(3, 0)], [group(8, 8)]], 1, 2, 4, client_ids=[3, 7])
+    with pytest.raises(ValueError, match="once each"):
+        swap("random", pool, 1, 2, 4, client_ids=[3, 3])
