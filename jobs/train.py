@@ -26,7 +26,7 @@ from pubswap.checkpoint import (Checkpoint, ResumeError, latest_checkpoint, roun
                                 write_text_atomic)
 from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
-from pubswap.data.reasoning_gym_tasks import reasoning_gym_rows
+from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.faults import maybe_crash
@@ -37,11 +37,8 @@ from pubswap.models import resolve_model
 
 def build_split(cfg: RunConfig) -> FederatedSplit:
     d, f = cfg.data, cfg.federation
-    if d.source != "reasoning_gym":
-        raise ConfigError(f"data.source: {d.source!r} is not available yet (only 'reasoning_gym')")
     total = f.num_clients * d.per_client + d.public_size + d.test_size
-    # twice what is needed per task, so a skewed Dirichlet prior does not exhaust a topic at once
-    rows, report = reasoning_gym_rows(d.tasks, -(-2 * total // len(d.tasks)), cfg.seed)
+    rows, report = load_source(d, total, cfg.seed)
     if report.total_rejected:
         print(f"data: {report}", flush=True)
     return dirichlet_split(rows, f.num_clients, d.per_client, d.dirichlet_alpha, d.public_size, d.test_size, cfg.seed)

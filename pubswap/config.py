@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from pubswap.data.sources import PATHS_PER_SOURCE, SOURCES
 from pubswap.models import BUILTIN_PREFIX, BUILTINS, is_builtin
 
 
@@ -105,7 +106,9 @@ class FederationConfig:
 
 @dataclass
 class DataConfig:
-    source: str = "reasoning_gym"
+    source: str = "reasoning_gym"  # reasoning_gym | math | deepmath | medical (pubswap/data/sources.py)
+    paths: list[str] = field(default_factory=list)  # local files/folders (or hub ids); [] = the hub defaults
+    subsample: int = 0  # keep this many rows of the source before splitting (DeepMath in the paper: 20000)
     tasks: list[str] = field(default_factory=lambda: ["chain_sum", "basic_arithmetic", "simple_equations"])
     per_client: int = 2500
     public_size: int = 1250
@@ -315,6 +318,11 @@ def validate(cfg: RunConfig) -> None:
     need(0 < f.participation <= 1, "federation.participation", f"must be in (0, 1], got {f.participation}")
     need(f.clients_per_round >= 0, "federation.clients_per_round", "must be >= 0 (0: use federation.participation)")
 
+    need(d.source in SOURCES, "data.source", f"must be one of {SOURCES}, got {d.source!r}")
+    need(len(d.paths) in (0, PATHS_PER_SOURCE.get(d.source, 0)) and (d.source != "reasoning_gym" or not d.paths),
+         "data.paths", f"{d.source} takes {PATHS_PER_SOURCE.get(d.source, 0)} path(s) (or none for the hub), "
+                       f"got {len(d.paths)}")
+    need(d.subsample >= 0, "data.subsample", "must be >= 0 (0: keep every row)")
     need(len(d.tasks) > 0, "data.tasks", "must name at least one task")
     need(d.per_client >= 1, "data.per_client", "must be >= 1")
     need(d.public_size >= (g.b if f.swap_rule else 0), "data.public_size",

@@ -87,3 +87,11 @@ def test_multiplexed_clients_match_one_actor_per_client(local_ray, digit_model_d
     assert rewards[0] == rewards[1]  # the same rollouts: seeds depend on the client, not on its actor
     assert (avg1 - avg4).abs().max().item() < 1e-6
     assert not torch.equal(avg1, torch.zeros_like(avg1))
+
+
+def test_a_request_the_cluster_cannot_hold_fails_with_the_shortfall(local_ray):
+    from placement import PlacementError, client_bundles, reserve
+
+    with pytest.raises(PlacementError, match=r"need \{'CPU': 4\.0\}, cluster has \{'CPU': 2\.0\}"):
+        reserve(client_bundles(4, 1.0, 0.0), "SPREAD", timeout_s=2.0)
+    assert ray.available_resources().get("CPU") == 2.0  # nothing left reserved

@@ -1,0 +1,76 @@
+"""Results table: finished runs' pass@1 (final and best checkpoint) next to the paper's numbers.
+
+    python -m jobs.report runs/paper/*            # any run directories (paper cells or not)
+
+A run is matched to a paper cell by its config (model, dataset, alpha, method, tau, swap period);
+runs that match no cell are listed with the paper columns empty. Numbers are percentages. "best" is
+the best evaluated round (including the base model at round 0), as in the paper's Tables 7-8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from jobs.paper_grid import BASE, PAPER, Cell
+from pubswap.presets import MODELS
+
+
+def cell_of(cfg: dict) -> Cell | None:
+    model = next((p.name for p in MODELS.values() if p.hub_id == cfg["model"]["path"]), None)
+    f, d = cfg["federation"], cfg["data"]
+    if model is None or d["source"] not in ("math", "deepmath", "medical"):
+        return None
+    swap = f["swap_period"] if f["method"].startswith("pubswap") else 2
+    return Cell(model, d["source"], f["method"], f["tau"], swap, d["dirichlet_alpha"])
+
+
+def paper_numbers(cell: Cell | None) -> list[tuple[int, float, float | None]]:
+    if cell is None:
+        return []
+    return [(t, final, best) for t, entries in sorted(PAPER.items()) for c, final, best in entries if c == cell]
+
+
+def read_run(run_dir: Path) -> dict:
+    cfg = json.loads((run_dir / "config.json").read_text())
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no summary.json (the run has not finished a round yet)")
+    summary = json.loads(summary_path.read_text())
+    return {"run": run_dir.name, "cell": cell_of(cfg), "rounds": summary.get("rounds"),
+            "of": cfg["federation"]["rounds"], "base": summary["base_pass@1"], "final": summary["final_pass@1"],
+            "best": summary.get("best_pass@1", summary["final_pass@1"])}
+
+
+def fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def table(run_dirs: list[Path]) -> str:
+    lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'best':>6} | paper (table: base final/best)"]
+    for d in run_dirs:
+        r = read_run(d)
+        paper = paper_numbers(r["cell"])
+        base = BASE.get((r["cell"].model, r["cell"].dataset)) if r["cell"] else None
+        refs = "; ".join(f"T{t}: {fmt(base)} {fmt(final)}/{fmt(best)}" for t, final, best in paper) or "-"
+        lines.append(f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "
+                     f"{100 * r['best']:>6.1f} | {refs}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dirs", nargs="+", type=Path)
+    args = ap.parse_args(argv)
+    try:
+        print(table(args.run_dirs))
+    except FileNotFoundError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

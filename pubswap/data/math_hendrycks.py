@@ -1,0 +1,63 @@
+"""MATH (Hendrycks et al., 2021): 12.5K competition problems; topic = subject ("Algebra", "Geometry", ...).
+
+Schema (hub `EleutherAI/hendrycks_math`, one config per subject, or `hendrycks/competition_math`):
+`problem`, `solution` (with the answer in the last \\boxed{...}), `level` ("Level 1".."Level 5"),
+`type` (the subject). Paper split (appendix B.1): 4 clients x 2,500 private, 1,250 public, 1,250 test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from pubswap.data.rows import Row, RowReport, validate_rows
+
+HUB = "EleutherAI/hendrycks_math"
+SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
+            "prealgebra", "precalculus")  # the hub configs
+INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last \\boxed{...} (or \\fbox{...}), braces matched to any depth; None if absent."""
+    if not isinstance(text, str):
+        return None
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    i = text.find("{", start)
+    if i < 0:
+        return None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1:j].strip() or None
+    return None  # unbalanced: a truncated solution
+
+
+def math_prompt(problem: str) -> str:
+    return f"{problem.strip()}\n{INSTRUCTION}"
+
+
+def math_rows(records: Iterable[Mapping]) -> tuple[list[Row], RowReport]:
+    raw = []
+    for r in records:
+        if not isinstance(r, Mapping):
+            raw.append(r)  # counted as not_a_mapping
+            continue
+        problem = r.get("problem")
+        raw.append({"prompt": math_prompt(problem) if isinstance(problem, str) and problem.strip() else None,
+                    "answer": last_boxed(r.get("solution")), "topic": r.get("type")})
+    return validate_rows(raw)
+
+
+def load_math(path: str = "", split: str = "train") -> tuple[list[Row], RowReport]:
+    """MATH rows from a local file/folder, or from the hub (every subject config) when `path` is empty."""
+    from pubswap.data.records import load_records
+
+    if path:
+        return math_rows(load_records(path, split))
+    return math_rows([rec for s in SUBJECTS for rec in load_records(HUB, split, config=s)])

@@ -1,0 +1,37 @@
+"""The dataset a run trains on, by `data.source`: one loader per source, all mapping to rows.
+
+    reasoning_gym  procedural offline tasks (the default; `data.tasks`)
+    math           MATH; data.paths = [file or folder] or [] for the hub
+    deepmath       DeepMath-103K; data.paths = [file or folder] or []; data.subsample (paper: 20000)
+    medical        MedQA + MedMCQA; data.paths = [medqa, medmcqa] or [] for the hub
+"""
+
+from __future__ import annotations
+
+from pubswap.data.rows import Row, RowReport
+
+SOURCES = ("reasoning_gym", "math", "deepmath", "medical")
+PATHS_PER_SOURCE = {"reasoning_gym": 0, "math": 1, "deepmath": 1, "medical": 2}
+
+
+def load_source(data, rows_needed: int, seed: int) -> tuple[list[Row], RowReport]:
+    """Rows for `data` (a DataConfig); `rows_needed` sizes the procedural source."""
+    paths = list(data.paths)
+    if data.source == "reasoning_gym":
+        from pubswap.data.reasoning_gym_tasks import reasoning_gym_rows
+
+        # twice what is needed per task, so a skewed Dirichlet prior does not exhaust a topic at once
+        return reasoning_gym_rows(data.tasks, -(-2 * rows_needed // len(data.tasks)), seed)
+    if data.source == "math":
+        from pubswap.data.math_hendrycks import load_math
+
+        return load_math(paths[0] if paths else "")
+    if data.source == "deepmath":
+        from pubswap.data.deepmath import load_deepmath
+
+        return load_deepmath(paths[0] if paths else "", data.subsample, seed)
+    if data.source == "medical":
+        from pubswap.data.medical import load_medical
+
+        return load_medical(*(paths or ["", ""]))
+    raise ValueError(f"unknown data.source {data.source!r}; known: {SOURCES}")
