@@ -87,3 +87,8 @@ def test_sources_from_config_and_a_paper_shaped_split(tmp_path, capsys):
 def test_missing_dataset_path_is_a_clear_error():
     with pytest.raises(FileNotFoundError, match="neither a local file or folder nor a hub id"):
         load_records("./no/such/file.parquet")
+
+
+def test_non_mapping_records_are_counted_not_crashed_on():
+    rows, report = medmcqa_rows([None, "text", medmcqa_records(1)[0][0]])
+    assert len(rows) == 1 and report.rejected == {"not_a_mapping": 2}

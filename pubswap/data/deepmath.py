@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from pubswap.data.math_hendrycks import math_prompt
-from pubswap.data.rows import Row, RowReport, validate_rows
+from pubswap.data.rows import Row, RowReport, map_rows
 from pubswap.seeding import rng
 
 HUB = "zwhe99/DeepMath-103K"
@@ -26,17 +26,15 @@ def topic_area(topic) -> str | None:
     return parts[1] if len(parts) > 1 else parts[0]
 
 
+def _fields(r: Mapping) -> dict:
+    q = r.get("question")
+    return {"prompt": math_prompt(q) if isinstance(q, str) and q.strip() else None,
+            "answer": r.get("final_answer"), "topic": topic_area(r.get("topic"))}
+
+
 def deepmath_rows(records: Iterable[Mapping], subsample: int = 0, seed: int = 0) -> tuple[list[Row], RowReport]:
     """Rows of the records; with `subsample` > 0, that many valid rows drawn without replacement (seeded)."""
-    raw = []
-    for r in records:
-        if not isinstance(r, Mapping):
-            raw.append(r)
-            continue
-        q = r.get("question")
-        raw.append({"prompt": math_prompt(q) if isinstance(q, str) and q.strip() else None,
-                    "answer": r.get("final_answer"), "topic": topic_area(r.get("topic"))})
-    rows, report = validate_rows(raw)
+    rows, report = map_rows(records, _fields)
     if 0 < subsample < len(rows):
         keep = sorted(rng(seed, "deepmath_subsample").choice(len(rows), size=subsample, replace=False))
         rows = [rows[int(i)] for i in keep]

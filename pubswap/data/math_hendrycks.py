@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pubswap.data.rows import Row, RowReport, validate_rows
+from pubswap.data.rows import Row, RowReport, map_rows
 
 HUB = "EleutherAI/hendrycks_math"
 SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
@@ -42,16 +42,14 @@ def math_prompt(problem: str) -> str:
     return f"{problem.strip()}\n{INSTRUCTION}"
 
 
+def _fields(r: Mapping) -> dict:
+    problem = r.get("problem")
+    return {"prompt": math_prompt(problem) if isinstance(problem, str) and problem.strip() else None,
+            "answer": last_boxed(r.get("solution")), "topic": r.get("type")}
+
+
 def math_rows(records: Iterable[Mapping]) -> tuple[list[Row], RowReport]:
-    raw = []
-    for r in records:
-        if not isinstance(r, Mapping):
-            raw.append(r)  # counted as not_a_mapping
-            continue
-        problem = r.get("problem")
-        raw.append({"prompt": math_prompt(problem) if isinstance(problem, str) and problem.strip() else None,
-                    "answer": last_boxed(r.get("solution")), "topic": r.get("type")})
-    return validate_rows(raw)
+    return map_rows(records, _fields)
 
 
 def load_math(path: str = "", split: str = "train") -> tuple[list[Row], RowReport]:

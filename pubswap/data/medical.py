@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from pubswap.data.rows import Row, RowReport, validate_rows
+from pubswap.data.rows import Row, RowReport, map_rows
 
 MEDQA_HUB = "GBaker/MedQA-USMLE-4-options"
 MEDMCQA_HUB = "openlifescienceai/medmcqa"
@@ -28,38 +28,33 @@ def _options_ok(options) -> bool:
     return len(options) == len(LETTERS) and all(isinstance(o, str) and o.strip() for o in options)
 
 
+def _medqa_fields(r: Mapping) -> dict:
+    opts = r.get("options")
+    options = [opts.get(k) for k in LETTERS] if isinstance(opts, Mapping) else []
+    q = r.get("question")
+    ok = isinstance(q, str) and q.strip() and _options_ok(options)
+    answer, meta = r.get("answer_idx"), r.get("meta_info")
+    return {"prompt": choice_prompt(q, options) if ok else None,
+            "answer": answer if answer in tuple(LETTERS) else None,
+            "topic": f"USMLE {meta}" if isinstance(meta, str) and meta.strip() else "USMLE"}
+
+
+def _medmcqa_fields(r: Mapping) -> dict:
+    options = [r.get(k) for k in ("opa", "opb", "opc", "opd")]
+    q = r.get("question")
+    ok = isinstance(q, str) and q.strip() and _options_ok(options)
+    cop = r.get("cop")
+    valid_cop = isinstance(cop, int) and not isinstance(cop, bool) and 0 <= cop < len(LETTERS)
+    return {"prompt": choice_prompt(q, options) if ok else None,
+            "answer": LETTERS[cop] if valid_cop else None, "topic": r.get("subject_name")}
+
+
 def medqa_rows(records: Iterable[Mapping]) -> tuple[list[Row], RowReport]:
-    raw = []
-    for r in records:
-        if not isinstance(r, Mapping):
-            raw.append(r)
-            continue
-        opts = r.get("options")
-        options = [opts.get(k) for k in LETTERS] if isinstance(opts, Mapping) else []
-        q = r.get("question")
-        ok = isinstance(q, str) and q.strip() and _options_ok(options)
-        answer = r.get("answer_idx")
-        meta = r.get("meta_info")
-        raw.append({"prompt": choice_prompt(q, options) if ok else None,
-                    "answer": answer if answer in tuple(LETTERS) else None,
-                    "topic": f"USMLE {meta}" if isinstance(meta, str) and meta.strip() else "USMLE"})
-    return validate_rows(raw)
+    return map_rows(records, _medqa_fields)
 
 
 def medmcqa_rows(records: Iterable[Mapping]) -> tuple[list[Row], RowReport]:
-    raw = []
-    for r in records:
-        if not isinstance(r, Mapping):
-            raw.append(r)
-            continue
-        options = [r.get(k) for k in ("opa", "opb", "opc", "opd")]
-        q = r.get("question")
-        ok = isinstance(q, str) and q.strip() and _options_ok(options)
-        cop = r.get("cop")
-        valid_cop = isinstance(cop, int) and not isinstance(cop, bool) and 0 <= cop < len(LETTERS)
-        raw.append({"prompt": choice_prompt(q, options) if ok else None,
-                    "answer": LETTERS[cop] if valid_cop else None, "topic": r.get("subject_name")})
-    return validate_rows(raw)
+    return map_rows(records, _medmcqa_fields)
 
 
 def load_medical(medqa_path: str = "", medmcqa_path: str = "") -> tuple[list[Row], RowReport]:

@@ -71,3 +71,9 @@ def validate_rows(raw: Iterable[Mapping], default_topic: str | None = None) -> t
             rows.append(Row(prompt=prompt, answer=answer, topic=topic or default_topic))
     report.kept = len(rows)
     return rows, report
+
+
+def map_rows(records: Iterable, to_row_fields) -> tuple[list[Row], RowReport]:
+    """validate_rows over `to_row_fields(record)` (a {"prompt", "answer", "topic"} mapping) for every
+    mapping record; anything else is counted as not_a_mapping. Each dataset loader is one such function."""
+    return validate_rows(to_row_fields(r) if isinstance(r, Mapping) else r for r in records)
