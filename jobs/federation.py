@@ -82,7 +82,6 @@ class Federation:
             for a, cids in enumerate(self.assignment)
         ]
         self.pids: list[int] = []
-        self.restarts = 0
         self._connect()
         self.strategy = make_strategy(f)
         self.sizes = [len(c) for c in split.clients]
@@ -138,7 +137,6 @@ class Federation:
         t = time.perf_counter()
         for a in self.actors:
             ray.kill(a, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
-        self.restarts += 1
         self._connect(old_pids=self.pids)
         self.set_global(global_adapter)
         return time.perf_counter() - t

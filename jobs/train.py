@@ -151,10 +151,11 @@ def train(cfg: RunConfig) -> dict:
     ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
     ckpt = _resume_point(cfg, ckpt_dir)
     if ckpt is not None and ckpt.round >= f.rounds:
-        records = read_records(metrics_path)
         print(f"{run_dir}: the run already finished (round {ckpt.round} of {f.rounds} is checkpointed); nothing to "
               "do. Raise federation.rounds to continue it.", flush=True)
-        return _summary(run_dir, ckpt.state["base_pass@1"], records[: ckpt.round], 0.0)
+        if (run_dir / "summary.json").is_file():
+            return json.loads((run_dir / "summary.json").read_text())
+        return _summary(run_dir, ckpt.state["base_pass@1"], read_records(metrics_path)[: ckpt.round], 0.0)
     write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg)
