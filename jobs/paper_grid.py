@@ -127,8 +127,13 @@ def cells(table: int | None = None) -> list[Cell]:
     return list(out.values())
 
 
+def paper_entries(cell: Cell | None) -> list[tuple[int, float, float | None]]:
+    """(table, final, best) for every table that reports `cell`, in table order."""
+    return [(t, final, best) for t, entries in sorted(PAPER.items()) for c, final, best in entries if c == cell]
+
+
 def tables_of(cell: Cell) -> list[int]:
-    return sorted({t for t, entries in PAPER.items() for c, _, _ in entries if c == cell})
+    return sorted({t for t, _, _ in paper_entries(cell)})
 
 
 def write_configs(out: Path) -> list[Path]:

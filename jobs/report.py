@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from jobs.paper_grid import BASE, PAPER, Cell
+from jobs.paper_grid import BASE, Cell, paper_entries
 from pubswap.presets import MODELS
 
 
@@ -25,12 +25,6 @@ def cell_of(cfg: dict) -> Cell | None:
         return None
     swap = f["swap_period"] if f["method"].startswith("pubswap") else 2
     return Cell(model, d["source"], f["method"], f["tau"], swap, d["dirichlet_alpha"])
-
-
-def paper_numbers(cell: Cell | None) -> list[tuple[int, float, float | None]]:
-    if cell is None:
-        return []
-    return [(t, final, best) for t, entries in sorted(PAPER.items()) for c, final, best in entries if c == cell]
 
 
 def read_run(run_dir: Path) -> dict:
@@ -52,7 +46,7 @@ def table(run_dirs: list[Path]) -> str:
     lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'best':>6} | paper (table: base final/best)"]
     for d in run_dirs:
         r = read_run(d)
-        paper = paper_numbers(r["cell"])
+        paper = paper_entries(r["cell"])
         base = BASE.get((r["cell"].model, r["cell"].dataset)) if r["cell"] else None
         refs = "; ".join(f"T{t}: {fmt(base)} {fmt(final)}/{fmt(best)}" for t, final, best in paper) or "-"
         lines.append(f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 import yaml
 
 from pubswap.data.sources import PATHS_PER_SOURCE, SOURCES
+from pubswap.hub import is_hub_id
 from pubswap.models import BUILTIN_PREFIX, BUILTINS, is_builtin
 
 
@@ -262,9 +262,6 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Validation
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
 def validate(cfg: RunConfig) -> None:
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
@@ -276,7 +273,7 @@ def validate(cfg: RunConfig) -> None:
         name = m.path[len(BUILTIN_PREFIX):]
         need(name in BUILTINS, "model.path", f"unknown builtin model {name!r}; known: {sorted(BUILTINS)}")
     else:
-        need(Path(m.path).exists() or bool(_HUB_ID.match(m.path)) and not m.path.startswith(("/", ".")),
+        need(Path(m.path).exists() or is_hub_id(m.path),
              "model.path", f"{m.path!r} does not exist")
     if m.gguf_file is not None and Path(m.path).is_dir():
         need((Path(m.path) / m.gguf_file).is_file(), "model.gguf_file", f"{m.gguf_file!r} not found in {m.path}")
@@ -319,7 +316,7 @@ def validate(cfg: RunConfig) -> None:
     need(f.clients_per_round >= 0, "federation.clients_per_round", "must be >= 0 (0: use federation.participation)")
 
     need(d.source in SOURCES, "data.source", f"must be one of {SOURCES}, got {d.source!r}")
-    need(len(d.paths) in (0, PATHS_PER_SOURCE.get(d.source, 0)) and (d.source != "reasoning_gym" or not d.paths),
+    need(len(d.paths) in (0, PATHS_PER_SOURCE.get(d.source, 0)),
          "data.paths", f"{d.source} takes {PATHS_PER_SOURCE.get(d.source, 0)} path(s) (or none for the hub), "
                        f"got {len(d.paths)}")
     need(d.subsample >= 0, "data.subsample", "must be >= 0 (0: keep every row)")

@@ -10,11 +10,11 @@ A path that does not exist and does not look like a hub id is an error naming it
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from pubswap.hub import is_hub_id
+
 SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _local_files(path: Path) -> tuple[str, list[str]]:
@@ -36,7 +36,7 @@ def load_records(source: str, split: str = "train", config: str | None = None) -
     if path.exists():
         builder, files = _local_files(path)
         ds = datasets.load_dataset(builder, data_files=files, split="train")
-    elif _HUB_ID.match(source) and not source.startswith((".", "/", "~")):
+    elif is_hub_id(source):
         ds = datasets.load_dataset(source, config, split=split)
     else:
         raise FileNotFoundError(f"dataset {source!r} is neither a local file or folder nor a hub id (owner/name)")
