@@ -62,7 +62,7 @@ class ClientCore:
         self.cfg: RunConfig = from_dict(cfg)
         self.work_dir = Path(work_dir)
         c = self.cfg
-        self.trainer = LoraGRPOTrainer(model_dir, c.lora, c.grpo, dtype=self._train_dtype(),
+        self.trainer = LoraGRPOTrainer.load(model_dir, c.lora, c.grpo, dtype=self._train_dtype(),
                                        strategy=make_strategy(c.federation), seed=c.seed)
         self.tokenizer = self.trainer.tokenizer
         self.engine = make_engine(c.rollout.backend, model_dir, lora_rank=c.lora.r,

@@ -69,6 +69,10 @@ class GRPOConfig:
     adv_eps: float = 1e-6
     temperature: float = 0.7
     val_temperature: float = 0.7
+    # memory bounds of one step (they change the order of floating-point sums, not the update)
+    micro_batch_tokens: int = 16384  # padded tokens per forward pass (VERL: ppo_max_token_len_per_gpu)
+    logprob_chunk: int = 1024  # positions per LM-head chunk: [chunk, vocab] fp32 logits at a time
+    gradient_checkpointing: bool | None = None  # None: on when training on a GPU, off on CPU
 
 
 @dataclass
@@ -300,6 +304,8 @@ def validate(cfg: RunConfig) -> None:
     need(g.adv_eps > 0, "grpo.adv_eps", "must be > 0")
     need(g.temperature > 0, "grpo.temperature", "must be > 0")
     need(g.val_temperature >= 0, "grpo.val_temperature", "must be >= 0")
+    need(g.micro_batch_tokens >= 1, "grpo.micro_batch_tokens", "must be >= 1")
+    need(g.logprob_chunk >= 1, "grpo.logprob_chunk", "must be >= 1")
 
     need(f.method in METHODS, "federation.method", f"must be one of {METHODS}, got {f.method!r}")
     need(f.num_clients >= 1, "federation.num_clients", "must be >= 1")
@@ -351,7 +357,8 @@ def validate(cfg: RunConfig) -> None:
 # What a resumed run may change: where and how it runs, how far, how often it evaluates. Everything
 # else (model, data, method, clients, seeds, hyperparameters, rollout backend) would change the result.
 RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.",
-                  "rollout.kv_cache_gib", "rollout.gpu_memory_utilization")
+                  "rollout.kv_cache_gib", "rollout.gpu_memory_utilization",
+                  "grpo.micro_batch_tokens", "grpo.logprob_chunk", "grpo.gradient_checkpointing")
 
 
 def _dotted(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -38,10 +38,16 @@ def zero_advantage_fraction(rewards: Tensor) -> float:
     return (rewards.max(dim=1).values == rewards.min(dim=1).values).float().mean().item()
 
 
-def token_mean(values: Tensor, mask: Tensor) -> Tensor:
-    """Mean over all response tokens of the batch (VERL's 'token-mean' loss aggregation)."""
+def token_mean(values: Tensor, mask: Tensor, denominator: float | None = None) -> Tensor:
+    """Mean over all response tokens of the batch (VERL's 'token-mean' loss aggregation).
+
+    `denominator`: the response-token count of the whole batch when `values` is one micro-batch of it,
+    so that the micro-batches' terms add up to the full batch's mean. Default: this mask's count.
+    """
     mask = mask.to(values.dtype)
-    return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    if denominator is None:
+        return (values * mask).sum() / mask.sum().clamp_min(1.0)
+    return (values * mask).sum() / max(float(denominator), 1.0)
 
 
 def clipped_surrogate(
@@ -54,9 +60,9 @@ def clipped_surrogate(
 ) -> tuple[Tensor, Tensor]:
     """Per-token clip-higher policy loss and a per-token "was clipped" indicator.
 
-    `advantages` is per sequence [B] or per token [B, T]; it is broadcast over tokens.
+    `advantages` is per sequence ([B] for [B, T] log-probs) or per token (the log-probs' shape).
     """
-    if advantages.dim() == 1:
+    if advantages.dim() == logp.dim() - 1:
         advantages = advantages[:, None]
     log_ratio = torch.clamp(logp - old_logp, -log_ratio_clamp, log_ratio_clamp)
     ratio = torch.exp(log_ratio)
@@ -94,19 +100,24 @@ def grpo_loss(
     kl_coef: float = 1e-4,
     entropy: Tensor | None = None,
     entropy_coef: float = 0.0,
+    denominator: float | None = None,
 ) -> GRPOLoss:
-    """The full token-mean GRPO loss to minimise. `ref_logp` may be None when kl_coef == 0."""
+    """The full token-mean GRPO loss to minimise. `ref_logp` may be None when kl_coef == 0.
+
+    With `denominator` (the whole batch's response-token count), the terms are a micro-batch's share
+    of the full-batch loss: summed over micro-batches they equal it.
+    """
     pg, clipped = clipped_surrogate(logp, old_logp, advantages, clip_low, clip_high, log_ratio_clamp)
-    pg_loss = token_mean(pg, mask)
+    pg_loss = token_mean(pg, mask, denominator)
     loss = pg_loss
     kl = torch.zeros((), dtype=logp.dtype, device=logp.device)
     if kl_coef > 0:
         if ref_logp is None:
             raise ValueError("ref_logp is required when kl_coef > 0")
-        kl = token_mean(kl_k3(logp, ref_logp), mask)
+        kl = token_mean(kl_k3(logp, ref_logp), mask, denominator)
         loss = loss + kl_coef * kl
     if entropy_coef > 0:
         if entropy is None:
             raise ValueError("entropy is required when entropy_coef > 0")
-        loss = loss - entropy_coef * token_mean(entropy, mask)
-    return GRPOLoss(loss=loss, pg_loss=pg_loss.detach(), kl=kl.detach(), clip_frac=token_mean(clipped, mask))
+        loss = loss - entropy_coef * token_mean(entropy, mask, denominator)
+    return GRPOLoss(loss=loss, pg_loss=pg_loss.detach(), kl=kl.detach(), clip_frac=token_mean(clipped, mask, denominator))

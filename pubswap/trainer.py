@@ -3,11 +3,22 @@
 No Ray and no vLLM here: the rollout engine lives in the actor. A step takes responses with their
 advantages, from the client itself or (PubSwap) from other clients, and:
 
-  1. recomputes "old" log-probs under the current local policy for every response, so the ratio
-     starts at 1 for on- and off-policy responses alike (as VERL does);
+  1. recomputes "old" log-probs under the current local policy for every response, in eval mode, so
+     the ratio starts at 1 for on- and off-policy responses alike (as VERL does);
   2. computes reference log-probs with the adapter disabled (KL to the base model);
-  3. runs `grad_epochs` full-batch AdamW updates of the GRPO loss (+ the strategy's client penalty,
-     e.g. FedProx's (mu/2)||theta - theta_global||^2), clipping the gradient norm.
+  3. runs `grad_epochs` AdamW updates of the GRPO loss over the whole step's batch (+ the strategy's
+     client penalty, e.g. FedProx's (mu/2)||theta - theta_global||^2), clipping the gradient norm.
+
+Memory is bounded by `grpo.micro_batch_tokens`, not by the batch: each update accumulates gradients
+over micro-batches (pubswap.microbatch), and log-probs come from hidden states in chunks of positions
+(pubswap.logprobs), so no [batch, tokens, vocab] tensor exists. The update is still exactly the
+full-batch token-mean loss: every micro-batch's token sum is divided by the number of response tokens
+of the WHOLE batch, so the micro-batch losses add up to the full-batch loss (only the order of the
+floating-point sums differs).
+
+Device: the trainer runs on `device` (default: the GPU Ray assigned to the actor, else the CPU). The
+base weights stay in the model dtype (bf16 on GPUs); LoRA weights, their gradients and the AdamW state
+are fp32. Adapters leave the trainer as CPU tensors (`adapter()`), for the engine and the average.
 """
 
 from __future__ import annotations
@@ -21,7 +32,9 @@ from torch import Tensor
 from pubswap.aggregation.base import AggregationStrategy
 from pubswap.config import GRPOConfig, LoraConfig
 from pubswap.grpo import grpo_loss
+from pubswap.logprobs import chunked_token_logprobs
 from pubswap.lora import Adapter, adapter_from_model, load_into_model, peft_lora_config
+from pubswap.microbatch import plan_micro_batches
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -33,12 +46,14 @@ class Sample:
     advantage: float
     origin: int = -1  # client that generated the response (-1: unknown)
 
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
 
 def pad_batch(samples: Sequence[Sample], pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
     """input_ids, attention_mask [B, T] right-padded, and the response mask [B, T-1] aligned with
     next-token log-probs (position t scores token t+1)."""
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
-    T = max(lengths)
+    T = max(len(s) for s in samples)
     ids = torch.full((len(samples), T), pad_id, dtype=torch.long)
     attn = torch.zeros((len(samples), T), dtype=torch.long)
     resp = torch.zeros((len(samples), T - 1), dtype=torch.float32)
@@ -51,29 +66,73 @@ def pad_batch(samples: Sequence[Sample], pad_id: int) -> tuple[Tensor, Tensor, T
     return ids, attn, resp
 
 
+@dataclass
+class MicroBatch:
+    """Rows `index` of a step, padded and on the trainer's device; `mask` marks the scored positions."""
+
+    index: list[int]
+    ids: Tensor  # [n, T]
+    attn: Tensor  # [n, T]
+    mask: Tensor  # [n, T-1] bool: position t scores token t+1, a response token
+    advantages: Tensor  # [N] fp32: each scored token's sequence advantage (N = mask.sum())
+    lengths: list[int]  # response tokens per row
+
+
+def default_device() -> torch.device:
+    """The GPU Ray assigned to this process (CUDA_VISIBLE_DEVICES makes it cuda:0), else the CPU."""
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
 class LoraGRPOTrainer:
-    def __init__(self, model_dir: str, lora: LoraConfig, grpo: GRPOConfig, dtype: str = "float32",
-                 strategy: AggregationStrategy | None = None, seed: int = 0):
+    def __init__(self, base_model, lora: LoraConfig, grpo: GRPOConfig, pad_id: int = 0,
+                 strategy: AggregationStrategy | None = None, seed: int = 0, base_model_name: str = "",
+                 device: torch.device | str | None = None):
+        """`base_model`: a transformers causal LM (its weights are not trained). Use `load` for a folder."""
         from peft import get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.manual_seed(seed)
         self.grpo = grpo
         self.strategy = strategy
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
-        base.config.use_cache = False
-        self.model = get_peft_model(base, peft_lora_config(lora.r, lora.alpha, lora.target_modules, lora.dropout,
-                                                           base_model=model_dir))
-        for name, p in self.model.named_parameters():
+        self.pad_id = pad_id
+        self.device = torch.device(device) if device is not None else default_device()
+        base_model.config.use_cache = False
+        base_model.to(self.device)
+        self.model = get_peft_model(base_model, peft_lora_config(lora.r, lora.alpha, lora.target_modules,
+                                                                 lora.dropout, base_model=base_model_name))
+        for p in self.model.parameters():
             if p.requires_grad:
-                p.data = p.data.float()  # LoRA weights and their optimizer state in fp32
+                p.data = p.data.float()  # LoRA weights, their gradients and the AdamW state in fp32
+        ckpt = grpo.gradient_checkpointing if grpo.gradient_checkpointing is not None else self.device.type == "cuda"
+        if ckpt:
+            # non-reentrant checkpointing needs no input grads (the embeddings are frozen)
+            self.model.get_base_model().gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.gradient_checkpointing = ckpt
         self.lora_config = self.model.peft_config["default"]
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.anchor: Adapter = adapter_from_model(self.model)  # round-start global adapter
+        self.model.eval()
+        self.anchor: Adapter = self.adapter()  # round-start global adapter (CPU)
+        self._anchor_dev: dict[str, Tensor] = self._on_device(self.anchor)
         self.reset_optimizer()
 
+    @classmethod
+    def load(cls, model_dir: str, lora: LoraConfig, grpo: GRPOConfig, dtype: str = "float32",
+             strategy: AggregationStrategy | None = None, seed: int = 0,
+             device: torch.device | str | None = None) -> "LoraGRPOTrainer":
+        """A trainer on the model and tokenizer in `model_dir`; `.tokenizer` is set."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        trainer = cls(base, lora, grpo, pad_id=pad, strategy=strategy, seed=seed, base_model_name=model_dir,
+                      device=device)
+        trainer.tokenizer = tokenizer
+        return trainer
+
     # --- adapter state ------------------------------------------------------------------------
+
+    def _on_device(self, adapter: Adapter) -> dict[str, Tensor]:
+        return {k: v.detach().to(self.device, torch.float32, copy=True) for k, v in adapter.items()}
 
     def trainable(self) -> dict[str, Tensor]:
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
@@ -95,66 +154,98 @@ class LoraGRPOTrainer:
     def set_adapter(self, adapter: Adapter, reset_optimizer: bool = True) -> None:
         """Load the (global) adapter; it becomes the anchor of the client penalty. Optimizer reset per round."""
         load_into_model(self.model, {k: v.float() for k, v in adapter.items()})
-        self.anchor = {k: v.detach().clone().float() for k, v in adapter.items()}
+        self.anchor = {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in adapter.items()}
+        self._anchor_dev = self._on_device(self.anchor)
         if reset_optimizer:
             self.reset_optimizer()
 
     def adapter(self) -> Adapter:
+        """The live LoRA weights as detached fp32 CPU tensors."""
         return adapter_from_model(self.model)
 
     # --- log-probs ----------------------------------------------------------------------------
 
-    def _token_logprobs(self, ids: Tensor, attn: Tensor, temperature: float) -> Tensor:
-        logits = self.model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-        if temperature != 1.0:
-            logits = logits / temperature
-        # log p(token) = logit(token) - logsumexp(logits): no [B, T, vocab] log-softmax copy is kept
-        return logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    def micro_batches(self, samples: Sequence[Sample]) -> list[MicroBatch]:
+        plan = plan_micro_batches([len(s) for s in samples], self.grpo.micro_batch_tokens)
+        out = []
+        for index in plan:
+            rows = [samples[i] for i in index]
+            ids, attn, mask = pad_batch(rows, self.pad_id)
+            lengths = [len(s.response_ids) for s in rows]
+            adv = torch.repeat_interleave(torch.tensor([s.advantage for s in rows], dtype=torch.float32),
+                                          torch.tensor(lengths))
+            out.append(MicroBatch(index, ids.to(self.device), attn.to(self.device), mask.bool().to(self.device),
+                                  adv.to(self.device), lengths))
+        return out
+
+    def _logprobs(self, mb: MicroBatch, temperature: float) -> Tensor:
+        """[N] log-probs of the micro-batch's response tokens, row by row (grad flows when enabled)."""
+        causal = self.model.get_base_model()  # the transformers model, with PEFT's LoRA layers inside
+        hidden = causal.get_decoder()(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
+        scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
+        targets = mb.ids[:, 1:][mb.mask]
+        return chunked_token_logprobs(scored, targets, causal.get_output_embeddings(), temperature,
+                                      self.grpo.logprob_chunk)
 
     @torch.no_grad()
+    def _frozen_logprobs(self, mbs: Sequence[MicroBatch], temperature: float, use_adapter: bool) -> list[Tensor]:
+        """Per micro-batch [N] log-probs in eval mode (no dropout), under the adapter or the base model."""
+        self.model.eval()
+        if use_adapter:
+            return [self._logprobs(mb, temperature) for mb in mbs]
+        with self.model.disable_adapter():
+            return [self._logprobs(mb, temperature) for mb in mbs]
+
     def response_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0,
                           use_adapter: bool = True) -> list[Tensor]:
-        """Per-token log-probs of each response under the current adapter (or the base model)."""
-        ids, attn, resp = pad_batch(samples, self.pad_id)
-        if use_adapter:
-            lp = self._token_logprobs(ids, attn, temperature)
-        else:
-            with self.model.disable_adapter():
-                lp = self._token_logprobs(ids, attn, temperature)
-        return [lp[i][resp[i] > 0] for i in range(len(samples))]
+        """Per-token log-probs of each response (CPU) under the current adapter (or the base model)."""
+        if not samples:
+            return []
+        mbs = self.micro_batches(samples)
+        out: list[Tensor | None] = [None] * len(samples)
+        for mb, lp in zip(mbs, self._frozen_logprobs(mbs, temperature, use_adapter)):
+            for i, part in zip(mb.index, torch.split(lp.cpu(), mb.lengths)):
+                out[i] = part
+        return out  # type: ignore[return-value]
 
     # --- one GRPO step ------------------------------------------------------------------------
 
     def step(self, samples: Sequence[Sample]) -> dict[str, float]:
         if not samples:
-            return {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "penalty": 0.0}
+            return {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "penalty": 0.0,
+                    "micro_batches": 0}
         g = self.grpo
-        self.model.train()
-        ids, attn, mask = pad_batch(samples, self.pad_id)
-        adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-        with torch.no_grad():
-            old = self._token_logprobs(ids, attn, g.temperature)
-            ref = None
-            if g.kl_coef > 0:
-                with self.model.disable_adapter():
-                    ref = self._token_logprobs(ids, attn, g.temperature)
+        mbs = self.micro_batches(samples)
+        n_tokens = float(sum(sum(mb.lengths) for mb in mbs))  # the token-mean's denominator: the whole batch
+        old = self._frozen_logprobs(mbs, g.temperature, use_adapter=True)
+        ref = self._frozen_logprobs(mbs, g.temperature, use_adapter=False) if g.kl_coef > 0 else [None] * len(mbs)
+        params = list(self.trainable().values())
         metrics: dict[str, float] = {}
-        for _ in range(g.grad_epochs):
-            logp = self._token_logprobs(ids, attn, g.temperature)
-            out = grpo_loss(logp, old, ref, adv, mask, clip_low=g.clip_low, clip_high=g.clip_high,
-                            log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef)
-            loss = out.loss
-            penalty = torch.zeros(())
-            if self.strategy is not None:
-                penalty = self.strategy.client_penalty(self._lora_params_by_adapter_key(), self.anchor)
-                loss = loss + penalty
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable().values()), g.grad_clip)
-            self.optimizer.step()
-            metrics = {"loss": loss.item(), "pg_loss": out.pg_loss.item(), "kl": out.kl.item(),
-                       "clip_frac": out.clip_frac.item(), "grad_norm": float(grad_norm), "penalty": float(penalty.detach())}
-        self.model.eval()
+        self.model.train()
+        try:
+            for _ in range(g.grad_epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0}
+                for mb, old_mb, ref_mb in zip(mbs, old, ref):
+                    logp = self._logprobs(mb, g.temperature)
+                    out = grpo_loss(logp, old_mb, ref_mb, mb.advantages, torch.ones_like(logp),
+                                    clip_low=g.clip_low, clip_high=g.clip_high, log_ratio_clamp=g.log_ratio_clamp,
+                                    kl_coef=g.kl_coef, denominator=n_tokens)
+                    out.loss.backward()
+                    for k in sums:
+                        sums[k] += float(getattr(out, k).detach())
+                penalty = 0.0
+                if self.strategy is not None:
+                    p = self.strategy.client_penalty(self._lora_params_by_adapter_key(), self._anchor_dev)
+                    if p.requires_grad:
+                        p.backward()
+                    penalty = float(p.detach())
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
+                self.optimizer.step()
+                metrics = {**sums, "loss": sums["loss"] + penalty, "grad_norm": float(grad_norm), "penalty": penalty,
+                           "micro_batches": len(mbs)}
+        finally:
+            self.model.eval()
         return metrics
 
     def _lora_params_by_adapter_key(self) -> dict[str, Tensor]:

@@ -19,7 +19,7 @@ def test_pad_batch_masks_exactly_the_response_tokens():
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir):
     grpo = GRPOConfig(lr=5e-3, grad_epochs=2, kl_coef=1e-4)
-    return LoraGRPOTrainer(str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, dtype="float32",
+    return LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, dtype="float32",
                            strategy=FedProx(mu=0.1))
 
 
@@ -51,7 +51,7 @@ def test_set_adapter_restores_weights_and_anchor(trainer):
 
 
 def test_zero_advantages_change_nothing_without_kl_or_prox(tiny_model_dir):
-    t = LoraGRPOTrainer(str(tiny_model_dir), LoraConfig(r=8, alpha=16),
+    t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16),
                         GRPOConfig(lr=1e-2, kl_coef=0.0, weight_decay=0.0), dtype="float32")
     before = t.adapter()
     t.step([Sample((1, 2), (3, 4), 0.0), Sample((1, 2), (5, 6), 0.0)])
