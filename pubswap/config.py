@@ -125,7 +125,14 @@ class DataConfig:
 class RolloutConfig:
     backend: str = "vllm"  # "vllm" (real engine) or "hf" (transformers.generate; for toy models / no vLLM)
     kv_cache_gib: float = 1.0  # VLLM_CPU_KVCACHE_SPACE on CPU
-    gpu_memory_utilization: float = 0.5  # per client engine on GPU (the trainer shares the GPU)
+    # on GPU: the engine's fraction of its actor's GPU share (the trainer gets the rest); vLLM is handed
+    # this x resources.gpus_per_client, so actors sharing a card split it (pubswap/gpu_budget.py)
+    gpu_memory_utilization: float = 0.5
+    sleep_mode: bool = False  # GPU only: the engine frees its weights and KV cache while the trainer runs
+    enforce_eager: bool | None = None  # None: CUDA graphs on GPU, eager on CPU
+    max_num_seqs: int = 0  # 0: every sequence of one rollout call at once (clients x b x K)
+    max_num_batched_tokens: int = 0  # 0: vLLM's default on GPU; max(2048, prompt + response) on CPU
+    adapter_dir: str = ""  # node-local folder for the adapters handed to the engine; "": /dev/shm, else tmp
 
 
 @dataclass
@@ -134,7 +141,8 @@ class ResourcesConfig:
     cpus_per_client: float = 1.0  # per client actor (the name predates multiplexing)
     gpus_per_client: float | None = None  # per client actor; None: 1 if the cluster has GPUs, else 0
     placement_strategy: str = "PACK"  # PACK (one node) or SPREAD (across nodes)
-    placement_timeout_s: float = 120.0
+    placement_timeout_s: float = 1800.0  # cold GPU nodes of an autoscaler take minutes to join
+    collective_backend: str = "gloo"  # gloo (CPU tensor, any cluster) or nccl (GPU tensor; needs cupy)
 
 
 @dataclass
@@ -156,6 +164,8 @@ class RunConfig:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
     eval_every: int = 1  # evaluate the global adapter every this many rounds (and before round 1)
+    # GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see README)
+    deterministic: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -337,7 +347,12 @@ def validate(cfg: RunConfig) -> None:
     r, res = cfg.rollout, cfg.resources
     need(r.backend in ("vllm", "hf"), "rollout.backend", "must be 'vllm' or 'hf'")
     need(r.kv_cache_gib > 0, "rollout.kv_cache_gib", "must be > 0")
-    need(0 < r.gpu_memory_utilization <= 1, "rollout.gpu_memory_utilization", "must be in (0, 1]")
+    need(0 < r.gpu_memory_utilization < 1, "rollout.gpu_memory_utilization",
+         "must be in (0, 1): the engine's fraction of its actor's GPU share, the trainer gets the rest")
+    need(r.max_num_seqs >= 0, "rollout.max_num_seqs", "must be >= 0 (0: automatic)")
+    need(r.max_num_batched_tokens >= 0, "rollout.max_num_batched_tokens", "must be >= 0 (0: automatic)")
+    need(not r.adapter_dir or Path(r.adapter_dir).is_absolute(), "rollout.adapter_dir",
+         f"must be an absolute node-local path (or empty for /dev/shm), got {r.adapter_dir!r}")
     need(0 <= res.num_actors <= f.num_clients, "resources.num_actors",
          f"must be in [0, federation.num_clients={f.num_clients}] (0: one actor per client), got {res.num_actors}")
     need(res.cpus_per_client > 0, "resources.cpus_per_client", "must be > 0")
@@ -345,6 +360,10 @@ def validate(cfg: RunConfig) -> None:
     need(res.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
          "resources.placement_strategy", "must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
     need(res.placement_timeout_s > 0, "resources.placement_timeout_s", "must be > 0")
+    need(res.collective_backend in ("gloo", "nccl"), "resources.collective_backend",
+         f"must be 'gloo' or 'nccl', got {res.collective_backend!r}")
+    need(res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client > 0,
+         "resources.collective_backend", "nccl needs GPUs (resources.gpus_per_client > 0); use gloo on CPUs")
     need(cfg.eval_every >= 1, "eval_every", "must be >= 1")
     ft = cfg.fault_tolerance
     need(ft.max_round_retries >= 0, "fault_tolerance.max_round_retries", "must be >= 0")
@@ -357,7 +376,9 @@ def validate(cfg: RunConfig) -> None:
 # What a resumed run may change: where and how it runs, how far, how often it evaluates. Everything
 # else (model, data, method, clients, seeds, hyperparameters, rollout backend) would change the result.
 RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.",
-                  "rollout.kv_cache_gib", "rollout.gpu_memory_utilization",
+                  "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.sleep_mode",
+                  "rollout.enforce_eager", "rollout.max_num_seqs", "rollout.max_num_batched_tokens",
+                  "rollout.adapter_dir", "deterministic",
                   "grpo.micro_batch_tokens", "grpo.logprob_chunk", "grpo.gradient_checkpointing")
 
 

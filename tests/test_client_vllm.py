@@ -22,7 +22,7 @@ def client(tiny_model_dir, tmp_path_factory):
     cfg = tiny_config(tiny_model_dir, run_dir, "rollout.backend=vllm", "federation.num_clients=1",
                       "grpo.lr=0.05", "grpo.kl_coef=0.0")
     rows = [Row(f"Calculate {a} + {b}.", str(a + b), "add") for a in range(4) for b in range(4)]
-    actor = ClientActor.options(num_cpus=0.5).remote(cfg.to_dict(), {0: rows}, str(tiny_model_dir), str(run_dir))
+    actor = ClientActor.options(num_cpus=0.5).remote(cfg.to_dict(), {0: rows}, str(tiny_model_dir))
     yield actor
     ray.kill(actor)
     ray.shutdown()

@@ -89,9 +89,38 @@ def test_multiplexed_clients_match_one_actor_per_client(local_ray, digit_model_d
     assert not torch.equal(avg1, torch.zeros_like(avg1))
 
 
-def test_a_request_the_cluster_cannot_hold_fails_with_the_shortfall(local_ray):
+def test_a_request_the_cluster_can_never_hold_fails_at_once(local_ray):
+    import time
+
     from placement import PlacementError, client_bundles, reserve
 
-    with pytest.raises(PlacementError, match=r"need \{'CPU': 4\.0\}, cluster has \{'CPU': 2\.0\}"):
-        reserve(client_bundles(4, 1.0, 0.0), "SPREAD", timeout_s=2.0)
+    t = time.monotonic()
+    with pytest.raises(PlacementError, match=r"can never hold .*4 bundles \{'CPU': 1\.0\} \(SPREAD\) but its nodes "
+                                             r"hold at most 2"):
+        reserve(client_bundles(4, 1.0, 0.0), "SPREAD", timeout_s=600.0)
+    assert time.monotonic() - t < 30  # a fixed cluster that can never fit is not waited for
+    with pytest.raises(PlacementError, match=r"no node type can hold a bundle \{'CPU': 1\.0, 'GPU': 1\.0\}"):
+        reserve(client_bundles(1, 1.0, 1.0), "PACK", timeout_s=600.0)
     assert ray.available_resources().get("CPU") == 2.0  # nothing left reserved
+
+
+def test_a_request_that_waits_says_what_it_waits_for_then_times_out(local_ray):
+    import time
+
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    from placement import PlacementError, client_bundles, reserve
+
+    busy = placement_group([{"CPU": 2.0}])  # other work holds the whole node
+    ray.get(busy.ready())
+    lines: list[str] = []
+    try:
+        with pytest.raises(PlacementError, match=r"within 3s \(resources.placement_timeout_s\): need \{'CPU': 1\.0\}"):
+            reserve(client_bundles(1, 1.0, 0.0), "PACK", timeout_s=3.0, progress_every_s=1.0, log=lines.append)
+    finally:
+        remove_placement_group(busy)
+    assert len(lines) >= 2
+    assert lines[0].startswith("placement: waiting 1s of 3s for 1 client bundles {'CPU': 1.0} (PACK): need "
+                               "{'CPU': 1.0}, cluster has {'CPU': 2.0} ({'CPU': 0.0} free)")
+    time.sleep(0.5)
+    assert ray.available_resources().get("CPU") == 2.0  # the waiting group was removed
