@@ -162,7 +162,7 @@ def determinism(args):
     _, _, t_default, outs, _ = _paper_step(small, repeats=2)
     same_default = all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         _, _, t_det, outs, _ = _paper_step(small, repeats=2)
         same_det = all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])

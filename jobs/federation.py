@@ -86,11 +86,15 @@ class Federation:
             raise
         cfg_dict = cfg.to_dict()
         self.server = ServerActor.options(num_cpus=0).remote(cfg_dict, split.public, split.test)
-        self.actors = [
-            ClientActor.options(num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(
-                self.pg, a)).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, engine_fraction)
-            for a, cids in enumerate(self.assignment)
-        ]
+        self.actors = []
+        for a, cids in enumerate(self.assignment):
+            self.actors.append(ClientActor.options(
+                num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(self.pg, a)
+            ).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, engine_fraction))
+            if 0 < gpus < 1:
+                # actors sharing a card start one after another: vLLM sizes its KV cache from the card's
+                # memory while it profiles, and a neighbour loading at the same time would skew that
+                gather([self.actors[-1].ping.remote()])
         self.pids: list[int] = []
         self._connect()
         self.strategy = make_strategy(f)
