@@ -10,6 +10,7 @@ cluster config), else the nodes that are up (a fixed cluster).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -93,7 +94,9 @@ def _v1_autoscaler_with_node_types() -> bool:
         from ray.experimental.internal_kv import _internal_kv_get
 
         raw = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
-        for _ in range(20):  # a just-started head: the monitor reports every few seconds
+        # a just-started head (a cluster someone else started: RAY_ADDRESS) reports within seconds; a
+        # local Ray this driver started has no autoscaling config
+        for _ in range(20 if os.environ.get("RAY_ADDRESS") else 0):
             if raw:
                 break
             time.sleep(0.5)
