@@ -297,6 +297,10 @@ class ClientActor(ClientCore):
         super().__init__(*args, **kwargs)
         self._group: str | None = None
 
+    def close(self) -> None:
+        """Remove this actor's node-local adapter folders (called before the actor is killed)."""
+        shutil.rmtree(self.adapter_dir, ignore_errors=True)
+
     def ping(self) -> tuple[list[int], int]:
         """(hosted client ids, process id): a new pid means the actor was restarted."""
         return self.ids, os.getpid()

@@ -223,6 +223,9 @@ class Federation:
         return (sum(rewards) / len(rewards) if rewards else 0.0), len(rewards)
 
     def shutdown(self) -> None:
+        # let live clients remove their node-local adapter folders (a dead one's are removed by the next
+        # client started on that node), then end every actor
+        ray.wait([a.close.remote() for a in self.actors], num_returns=len(self.actors), timeout=10)
         for a in [*self.actors, self.server]:
             ray.kill(a)
         remove_placement_group(self.pg)
