@@ -175,7 +175,7 @@ class ClientCore:
                 seeds.append(derive_seed(self.cfg.seed, *seed_keys, cid, i))
                 keys.append(cid)
                 answers.append(answer)
-        if torch.cuda.is_available():
+        if self.engine.asleep:
             torch.cuda.empty_cache()  # what the trainer cached goes back to the card before the engine wakes
         outs = self.engine.generate(pids, n=n, temperature=temperature, max_tokens=self.cfg.model.max_response_len,
                                     seeds=seeds, keys=keys)

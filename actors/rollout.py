@@ -83,6 +83,9 @@ class VLLMEngine:
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
+        self._drop_stale()
+
+    def _drop_stale(self) -> None:
         while self._stale:
             try:
                 self.llm.llm_engine.remove_lora(self._stale.pop())
@@ -99,7 +102,7 @@ class VLLMEngine:
         if old is not None:
             self._stale.append(old.lora_int_id)
             if not self.asleep:
-                self.wake_up()  # drops it now
+                self._drop_stale()
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
                  seeds: Sequence[int], keys: Sequence | None = None) -> list[list[Completion]]:
@@ -146,7 +149,9 @@ class HFEngine:
     def set_adapter(self, adapter_dir: str | None, key=0) -> None:
         self._dirs[key] = adapter_dir
 
-    def sleep(self) -> None:  # the HF engine holds no KV cache between calls
+    asleep = False  # the HF engine holds no KV cache between calls: it never sleeps
+
+    def sleep(self) -> None:
         pass
 
     def _load(self, adapter_dir: str | None) -> None:
