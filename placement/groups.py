@@ -121,15 +121,16 @@ def never_fits(bundles: Sequence[Mapping[str, float]], types: Sequence[NodeType]
     node types are unknown)."""
     if types is None:
         return None
+    types = [t for t in types if t.max_count != 0]  # a type that may have no node holds nothing
     for b in {tuple(sorted(b.items())) for b in bundles}:
-        if not any(fits(dict(b), t.resources) and t.max_count != 0 for t in types):
-            have = "; ".join(f"{t.name}: {dict(t.resources)}" for t in types if t.max_count != 0) or "none"
+        if not any(fits(dict(b), t.resources) for t in types):
+            have = "; ".join(f"{t.name}: {dict(t.resources)}" for t in types) or "none"
             return f"no node type can hold a bundle {dict(b)} (node types: {have})"
     if strategy == "STRICT_PACK":
         total = shortfall(bundles, {})[0]
-        if not any(fits(total, t.resources) for t in types if t.max_count != 0):
+        if not any(fits(total, t.resources) for t in types):
             return f"STRICT_PACK needs one node with {total}, and no node type has that"
-    if all(t.max_count >= 0 for t in types):  # every type bounded: count the slots
+    if all(t.max_count > 0 for t in types):  # every type bounded: count the slots
         slots = 0
         for t in types:
             per_node = min(int(t.resources.get(k, 0.0) // v) for k, v in bundles[0].items() if v > 0)

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pubswap.rollout_limits import vllm_max_lora_rank
+
 GIB = 2**30
 TRAINER_CUDA_OVERHEAD = 1.5 * GIB  # CUDA context, cuBLAS workspaces, allocator slack
 ENGINE_OVERHEAD = 2.0 * GIB  # CUDA context, CUDA graphs, sampler and activation buffers
@@ -158,8 +160,6 @@ def split_gpu(card_bytes: int, share: float, engine_share: float, trainer: dict[
 def plan(cfg, shape: ModelShape, card_bytes: int, share: float, clients_per_actor: int, on_cuda: bool = True,
          card_name: str = "GPU") -> GpuBudget:
     """The budget of one client actor of run config `cfg` (pubswap.config.RunConfig) on a card."""
-    from pubswap.rollout_limits import vllm_max_lora_rank
-
     m, g = cfg.model, cfg.grpo
     ckpt = g.gradient_checkpointing if g.gradient_checkpointing is not None else on_cuda
     trainer = trainer_need(shape, m.dtype, clients_per_actor, g.micro_batch_tokens, g.logprob_chunk, ckpt)
