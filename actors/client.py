@@ -93,7 +93,7 @@ class ClientCore:
                                   max_loras=len(shards), enforce_eager=r.enforce_eager,
                                   max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode)
         self._engine_dtype = DTYPES[c.model.dtype]
-        self.reward_fn = make_reward(c.data.reward)
+        self.reward_fn = make_reward(c.data.reward, c.data.reward_mode)
         initial = self.trainer.adapter()
         self.clients = {cid: LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer())
                         for cid, rows in sorted(shards.items())}

@@ -33,6 +33,7 @@ METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random")
 AGGREGATIONS = ("fedit",)  # further strategies register here as they land
 WEIGHTINGS = ("uniform", "samples")
 REWARDS = ("math", "exact", "choice")
+REWARD_MODES = ("strict", "lenient")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -57,15 +58,22 @@ class LoraConfig:
 class GRPOConfig:
     K: int = 8  # responses per prompt (group size)
     b: int = 8  # prompts per step
-    grad_epochs: int = 2
+    grad_epochs: int = 2  # passes over the step's batch (VERL: ppo_epochs)
+    # prompts per optimizer update (VERL: ppo_mini_batch_size); 0: the whole step's batch (b), so a step
+    # makes grad_epochs x (b / mini_batch_size) AdamW updates
+    mini_batch_size: int = 0
     lr: float = 1e-5
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     clip_low: float = 0.2
     clip_high: float = 0.25
+    clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (VERL's default)
     log_ratio_clamp: float = 20.0
     kl_coef: float = 1e-4
-    entropy_coef: float = 0.0
+    entropy_coef: float = 0.0  # bonus on the policy's token entropy (logged as `entropy` either way)
+    # truncated importance sampling for swapped-in (off-policy) public responses: per-token weight
+    # min(pi_local / pi_donor, tis_cap) with the donor engine's sampling log-probs; 0 = off (the paper)
+    tis_cap: float = 0.0
     adv_eps: float = 1e-6
     temperature: float = 0.7
     val_temperature: float = 0.7
@@ -119,6 +127,7 @@ class DataConfig:
     test_size: int = 1250
     dirichlet_alpha: float = 0.3
     reward: str = "math"
+    reward_mode: str = "strict"  # strict: only the answer in the asked format (\boxed{}) counts; lenient
 
 
 @dataclass
@@ -164,6 +173,7 @@ class RunConfig:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
     eval_every: int = 1  # evaluate the global adapter every this many rounds (and before round 1)
+    eval_n: int = 1  # responses per test prompt: pass@1 is their mean (mean@n), with its standard error
     # GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see README)
     deterministic: bool = False
 
@@ -303,11 +313,16 @@ def validate(cfg: RunConfig) -> None:
     need(g.K >= 2, "grpo.K", "must be >= 2 (a group needs two responses for an advantage)")
     need(g.b >= 1, "grpo.b", "must be >= 1")
     need(g.grad_epochs >= 1, "grpo.grad_epochs", "must be >= 1")
+    need(g.mini_batch_size >= 0, "grpo.mini_batch_size", "must be >= 0 (0: the whole step's batch)")
+    need(g.mini_batch_size == 0 or g.b % g.mini_batch_size == 0, "grpo.mini_batch_size",
+         f"must divide grpo.b ({g.b}), got {g.mini_batch_size}")
     need(g.lr > 0, "grpo.lr", "must be > 0")
     need(g.weight_decay >= 0, "grpo.weight_decay", "must be >= 0")
     need(g.grad_clip > 0, "grpo.grad_clip", "must be > 0")
     need(0 < g.clip_low < 1, "grpo.clip_low", "must be in (0, 1)")
     need(g.clip_high > 0, "grpo.clip_high", "must be > 0")
+    need(g.clip_ratio_c > 1, "grpo.clip_ratio_c", f"must be > 1 (VERL: 3.0), got {g.clip_ratio_c}")
+    need(g.tis_cap >= 0, "grpo.tis_cap", "must be >= 0 (0: off)")
     need(g.log_ratio_clamp > 0, "grpo.log_ratio_clamp", "must be > 0")
     need(g.kl_coef >= 0, "grpo.kl_coef", "must be >= 0")
     need(g.entropy_coef >= 0, "grpo.entropy_coef", "must be >= 0")
@@ -343,6 +358,7 @@ def validate(cfg: RunConfig) -> None:
     need(d.test_size >= 1, "data.test_size", "must be >= 1")
     need(d.dirichlet_alpha > 0, "data.dirichlet_alpha", "must be > 0")
     need(d.reward in REWARDS, "data.reward", f"must be one of {REWARDS}")
+    need(d.reward_mode in REWARD_MODES, "data.reward_mode", f"must be one of {REWARD_MODES}, got {d.reward_mode!r}")
 
     r, res = cfg.rollout, cfg.resources
     need(r.backend in ("vllm", "hf"), "rollout.backend", "must be 'vllm' or 'hf'")
@@ -365,6 +381,7 @@ def validate(cfg: RunConfig) -> None:
     need(res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client > 0,
          "resources.collective_backend", "nccl needs GPUs (resources.gpus_per_client > 0); use gloo on CPUs")
     need(cfg.eval_every >= 1, "eval_every", "must be >= 1")
+    need(cfg.eval_n >= 1, "eval_n", "must be >= 1")
     ft = cfg.fault_tolerance
     need(ft.max_round_retries >= 0, "fault_tolerance.max_round_retries", "must be >= 0")
     need(ft.restart_timeout_s > 0, "fault_tolerance.restart_timeout_s", "must be > 0")

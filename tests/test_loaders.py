@@ -8,11 +8,11 @@ from dataset_fixtures import deepmath_records, math_records, medmcqa_records, me
 from pubswap.config import ConfigError, load_config
 from pubswap.data import dirichlet_split
 from pubswap.data.deepmath import deepmath_rows, topic_area
-from pubswap.data.math_hendrycks import last_boxed, math_rows
+from pubswap.data.math_hendrycks import math_rows
 from pubswap.data.medical import medmcqa_rows, medqa_rows
 from pubswap.data.records import load_records
 from pubswap.data.sources import load_source
-from pubswap.rewards import choice_reward, math_reward
+from pubswap.rewards import choice_reward, last_boxed, math_reward
 
 
 @pytest.mark.parametrize("solution,answer", [

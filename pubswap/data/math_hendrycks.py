@@ -10,32 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from pubswap.data.rows import Row, RowReport, map_rows
+from pubswap.rewards import last_boxed
 
 HUB = "EleutherAI/hendrycks_math"
 SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
             "prealgebra", "precalculus")  # the hub configs
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}), braces matched to any depth; None if absent."""
-    if not isinstance(text, str):
-        return None
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    i = text.find("{", start)
-    if i < 0:
-        return None
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1:j].strip() or None
-    return None  # unbalanced: a truncated solution
 
 
 def math_prompt(problem: str) -> str:
