@@ -202,7 +202,7 @@ class ClientCore:
         t = time.perf_counter()
         self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
         self._activate(cid)
-        metrics = self.trainer.step(samples)
+        metrics = self.trainer.step(samples, owner=cid)
         self.clients[cid].adapter = self.trainer.adapter()
         self._sync_engine(cid)
         metrics.update(client=cid, train_s=time.perf_counter() - t, reward_mean=rewards.mean().item(),

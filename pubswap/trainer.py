@@ -3,11 +3,18 @@
 No Ray and no vLLM here: the rollout engine lives in the actor. A step takes responses with their
 advantages, from the client itself or (PubSwap) from other clients, and:
 
-  1. recomputes "old" log-probs under the current local policy for every response, in eval mode, so
-     the ratio starts at 1 for on- and off-policy responses alike (as VERL does);
-  2. computes reference log-probs with the adapter disabled (KL to the base model);
-  3. runs `grad_epochs` AdamW updates of the GRPO loss over the whole step's batch (+ the strategy's
-     client penalty, e.g. FedProx's (mu/2)||theta - theta_global||^2), clipping the gradient norm.
+  1. recomputes "old" log-probs under the current local policy for every response, in eval mode (no
+     LoRA dropout), so the ratio starts at 1 for on- and off-policy responses alike (as VERL does);
+  2. computes reference log-probs with the adapter disabled (KL to the base model), also in eval mode;
+  3. runs `grad_epochs` passes over the step's batch in mini-batches of `grpo.mini_batch_size` prompts
+     (VERL's ppo_epochs x ppo_mini_batch_size; default one mini-batch: the whole batch), one AdamW
+     update per mini-batch of the GRPO loss (+ the strategy's client penalty, e.g. FedProx's
+     (mu/2)||theta - theta_global||^2), clipping the gradient norm. An update whose gradient norm is
+     not finite is skipped (weights and AdamW moments unchanged) and counted.
+
+Off-policy responses (PubSwap's swapped-in ones) are measured by their per-token NLL under the local
+model (`nll_swapped`, beside `nll_own`); with `grpo.tis_cap` > 0 their policy loss is weighted per
+token by min(pi_local / pi_donor, tis_cap), pi_donor being the donor engine's sampling log-probs.
 
 Memory is bounded by `grpo.micro_batch_tokens`, not by the batch: each update accumulates gradients
 over micro-batches (pubswap.microbatch), and log-probs come from hidden states in chunks of positions
@@ -31,7 +38,7 @@ from torch import Tensor
 
 from pubswap.aggregation.base import AggregationStrategy
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.grpo import grpo_loss
+from pubswap.grpo import grpo_loss, truncated_is_weights
 from pubswap.logprobs import chunked_token_logprobs
 from pubswap.lora import Adapter, adapter_from_model, load_into_model, peft_lora_config
 from pubswap.microbatch import plan_micro_batches
@@ -45,6 +52,7 @@ class Sample:
     response_ids: tuple[int, ...]
     advantage: float
     origin: int = -1  # client that generated the response (-1: unknown)
+    behaviour_logprobs: tuple[float, ...] = ()  # the sampling engine's log-probs of response_ids, if known
 
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
@@ -76,6 +84,10 @@ class MicroBatch:
     mask: Tensor  # [n, T-1] bool: position t scores token t+1, a response token
     advantages: Tensor  # [N] fp32: each scored token's sequence advantage (N = mask.sum())
     lengths: list[int]  # response tokens per row
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
 
 
 def default_device() -> torch.device:
@@ -178,14 +190,15 @@ class LoraGRPOTrainer:
                                   adv.to(self.device), lengths))
         return out
 
-    def _logprobs(self, mb: MicroBatch, temperature: float) -> Tensor:
-        """[N] log-probs of the micro-batch's response tokens, row by row (grad flows when enabled)."""
+    def _logprobs(self, mb: MicroBatch, temperature: float, entropy: str = "") -> Tensor | tuple[Tensor, Tensor]:
+        """[N] log-probs of the micro-batch's response tokens, row by row (grad flows when enabled);
+        with `entropy` ("grad" / "value") also their [N] entropies."""
         causal = self.model.get_base_model()  # the transformers model, with PEFT's LoRA layers inside
         hidden = causal.get_decoder()(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
         scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
         targets = mb.ids[:, 1:][mb.mask]
         return chunked_token_logprobs(scored, targets, causal.get_output_embeddings(), temperature,
-                                      self.grpo.logprob_chunk)
+                                      self.grpo.logprob_chunk, entropy)
 
     @torch.no_grad()
     def _frozen_logprobs(self, mbs: Sequence[MicroBatch], temperature: float, use_adapter: bool) -> list[Tensor]:
@@ -210,42 +223,102 @@ class LoraGRPOTrainer:
 
     # --- one GRPO step ------------------------------------------------------------------------
 
-    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
-        if not samples:
-            return {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "penalty": 0.0,
-                    "micro_batches": 0}
+    def mini_batches(self, n_samples: int) -> list[range]:
+        """Sample ranges of the step's optimizer updates: `grpo.mini_batch_size` prompts (x K responses)
+        each, in order; one range (the whole batch) when mini_batch_size is 0 or covers the batch."""
         g = self.grpo
-        mbs = self.micro_batches(samples)
-        n_tokens = float(sum(sum(mb.lengths) for mb in mbs))  # the token-mean's denominator: the whole batch
-        old = self._frozen_logprobs(mbs, g.temperature, use_adapter=True)
-        ref = self._frozen_logprobs(mbs, g.temperature, use_adapter=False) if g.kl_coef > 0 else [None] * len(mbs)
+        size = g.mini_batch_size * g.K if g.mini_batch_size else n_samples
+        return [range(i, min(i + size, n_samples)) for i in range(0, n_samples, size)]
+
+    def _tis_weights(self, mb: MicroBatch, samples: Sequence[Sample], old: Tensor, owner: int | None) -> Tensor | None:
+        """Per-token truncated IS weights for the micro-batch (1 on own responses), or None when off."""
+        cap = self.grpo.tis_cap
+        if cap <= 0 or owner is None:
+            return None
+        parts = []
+        for i, old_part in zip(mb.index, torch.split(old, mb.lengths)):
+            s = samples[i]
+            if s.origin != owner and len(s.behaviour_logprobs) == len(s.response_ids):
+                behaviour = torch.tensor(s.behaviour_logprobs, dtype=torch.float32, device=old.device)
+                parts.append(truncated_is_weights(old_part, behaviour, cap))
+            else:
+                parts.append(torch.ones_like(old_part))
+        return torch.cat(parts)
+
+    @staticmethod
+    def _nll(mbs: Sequence[MicroBatch], old: Sequence[Tensor], keep) -> float:
+        """Mean per-token NLL (under the old, i.e. step-start local policy) of the responses `keep` selects."""
+        total, count = 0.0, 0
+        for mb, lp in zip(mbs, old):
+            for i, part in zip(mb.index, torch.split(lp, mb.lengths)):
+                if keep(i):
+                    total -= float(part.sum())
+                    count += part.numel()
+        return total / count if count else 0.0
+
+    def step(self, samples: Sequence[Sample], owner: int | None = None) -> dict[str, float]:
+        """One GRPO step on `samples` (prompt-major, K per prompt) of client `owner`: responses whose
+        origin is another client are off-policy (their NLL is reported; truncated IS if configured)."""
+        keys = ("loss", "pg_loss", "kl", "clip_frac", "entropy", "grad_norm", "penalty")
+        if not samples:
+            return {**dict.fromkeys(keys, 0.0), "micro_batches": 0, "updates": 0, "skipped_updates": 0}
+        g = self.grpo
+        ranges = self.mini_batches(len(samples))
+        plans = [self.micro_batches([samples[i] for i in r]) for r in ranges]
+        for r, mbs in zip(ranges, plans):  # micro-batch rows index the step's samples
+            for mb in mbs:
+                mb.index = [r[i] for i in mb.index]
+        old = [self._frozen_logprobs(mbs, g.temperature, use_adapter=True) for mbs in plans]
+        ref = ([self._frozen_logprobs(mbs, g.temperature, use_adapter=False) for mbs in plans] if g.kl_coef > 0
+               else [[None] * len(mbs) for mbs in plans])
+        flat_mbs = [mb for mbs in plans for mb in mbs]
+        flat_old = [lp for lps in old for lp in lps]
+        off = {i for i, s in enumerate(samples) if owner is not None and s.origin not in (owner, -1)}
+        metrics: dict[str, float] = {
+            "nll_own": self._nll(flat_mbs, flat_old, lambda i: i not in off),
+            "nll_swapped": self._nll(flat_mbs, flat_old, lambda i: i in off)}
         params = list(self.trainable().values())
-        metrics: dict[str, float] = {}
+        entropy_mode = "grad" if g.entropy_coef > 0 else "value"
+        sums = dict.fromkeys(keys, 0.0)
+        updates = skipped = 0
         self.model.train()
         try:
             for _ in range(g.grad_epochs):
-                self.optimizer.zero_grad(set_to_none=True)
-                sums = {"loss": 0.0, "pg_loss": 0.0, "kl": 0.0, "clip_frac": 0.0}
-                for mb, old_mb, ref_mb in zip(mbs, old, ref):
-                    logp = self._logprobs(mb, g.temperature)
-                    out = grpo_loss(logp, old_mb, ref_mb, mb.advantages, torch.ones_like(logp),
-                                    clip_low=g.clip_low, clip_high=g.clip_high, log_ratio_clamp=g.log_ratio_clamp,
-                                    kl_coef=g.kl_coef, denominator=n_tokens)
-                    out.loss.backward()
-                    for k in sums:
-                        sums[k] += float(getattr(out, k).detach())
-                penalty = 0.0
-                if self.strategy is not None:
-                    p = self.strategy.client_penalty(self._lora_params_by_adapter_key(), self._anchor_dev)
-                    if p.requires_grad:
-                        p.backward()
-                    penalty = float(p.detach())
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
-                self.optimizer.step()
-                metrics = {**sums, "loss": sums["loss"] + penalty, "grad_norm": float(grad_norm), "penalty": penalty,
-                           "micro_batches": len(mbs)}
+                for mbs, old_mbs, ref_mbs in zip(plans, old, ref):
+                    n_tokens = float(sum(mb.tokens for mb in mbs))  # the token-mean's denominator: the mini-batch
+                    self.optimizer.zero_grad(set_to_none=True)
+                    part = dict.fromkeys(("loss", "pg_loss", "kl", "clip_frac", "entropy"), 0.0)
+                    for mb, old_mb, ref_mb in zip(mbs, old_mbs, ref_mbs):
+                        logp, entropy = self._logprobs(mb, g.temperature, entropy_mode)
+                        out = grpo_loss(logp, old_mb, ref_mb, mb.advantages, torch.ones_like(logp),
+                                        clip_low=g.clip_low, clip_high=g.clip_high, clip_ratio_c=g.clip_ratio_c,
+                                        log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef, entropy=entropy,
+                                        entropy_coef=g.entropy_coef,
+                                        is_weights=self._tis_weights(mb, samples, old_mb, owner),
+                                        denominator=n_tokens)
+                        out.loss.backward()
+                        for k in part:
+                            part[k] += float(getattr(out, k).detach())
+                    penalty = 0.0
+                    if self.strategy is not None:
+                        p = self.strategy.client_penalty(self._lora_params_by_adapter_key(), self._anchor_dev)
+                        if p.requires_grad:
+                            p.backward()
+                        penalty = float(p.detach())
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
+                    if torch.isfinite(grad_norm):
+                        self.optimizer.step()
+                    else:  # VERL: a non-finite gradient norm skips the update instead of poisoning the weights
+                        self.optimizer.zero_grad(set_to_none=True)
+                        skipped += 1
+                    updates += 1
+                    for k, v in {**part, "loss": part["loss"] + penalty, "penalty": penalty,
+                                 "grad_norm": float(grad_norm)}.items():
+                        sums[k] += v
         finally:
             self.model.eval()
+        metrics.update({k: v / updates for k, v in sums.items()})
+        metrics.update(micro_batches=len(flat_mbs), updates=updates, skipped_updates=skipped)
         return metrics
 
     def _lora_params_by_adapter_key(self) -> dict[str, Tensor]:

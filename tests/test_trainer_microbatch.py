@@ -43,31 +43,36 @@ def direct_logprobs(model, samples, pad_id, temperature):
     return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1), mask
 
 
-def full_batch_step(t: LoraGRPOTrainer, samples, start):
-    """Reference update: one forward over the padded batch per epoch, loss + FedProx penalty, clip, AdamW."""
+def full_batch_step(t: LoraGRPOTrainer, samples, start, mini_batches=None):
+    """Reference update: per epoch and mini-batch (default: the whole batch) one forward over the padded
+    mini-batch, loss + FedProx penalty, clip, AdamW. Returns the adapter, the mean loss, the last grads."""
     g = t.grpo
     t.set_adapter(start)
     model = t.model
-    adv = torch.tensor([s.advantage for s in samples])
-    with torch.no_grad():
-        old, mask = direct_logprobs(model, samples, t.pad_id, g.temperature)
-        with model.disable_adapter():
-            ref, _ = direct_logprobs(model, samples, t.pad_id, g.temperature)
+    parts = []
+    for r in mini_batches or [range(len(samples))]:
+        rows = [samples[i] for i in r]
+        with torch.no_grad():
+            old, mask = direct_logprobs(model, rows, t.pad_id, g.temperature)
+            with model.disable_adapter():
+                ref, _ = direct_logprobs(model, rows, t.pad_id, g.temperature)
+        parts.append((rows, old, ref, mask, torch.tensor([s.advantage for s in rows])))
     params = list(t.trainable().values())
     opt = torch.optim.AdamW(params, lr=g.lr, weight_decay=g.weight_decay)
     losses = []
     for _ in range(g.grad_epochs):
-        logp, _ = direct_logprobs(model, samples, t.pad_id, g.temperature)
-        out = grpo_loss(logp, old, ref, adv, mask, clip_low=g.clip_low, clip_high=g.clip_high,
-                        log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef)
-        loss = out.loss + t.strategy.client_penalty(t._lora_params_by_adapter_key(), t.anchor)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
-        opt.step()
-        losses.append(loss.item())
+        for rows, old, ref, mask, adv in parts:
+            logp, _ = direct_logprobs(model, rows, t.pad_id, g.temperature)
+            out = grpo_loss(logp, old, ref, adv, mask, clip_low=g.clip_low, clip_high=g.clip_high,
+                            clip_ratio_c=g.clip_ratio_c, log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef)
+            loss = out.loss + t.strategy.client_penalty(t._lora_params_by_adapter_key(), t.anchor)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
+            opt.step()
+            losses.append(loss.item())
     grads = {n: p.grad.clone() for n, p in t.trainable().items()}
-    return t.adapter(), losses[-1], grads
+    return t.adapter(), sum(losses) / len(losses), grads
 
 
 @pytest.mark.parametrize("budget", [10_000, 80, 45, 1])
@@ -93,6 +98,84 @@ def test_micro_batched_step_equals_full_batch_step(trainer, budget):
         torch.testing.assert_close(grads[n], want_grads[n], atol=1e-6, rtol=1e-4)
     for k in want:
         torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=0)
+
+
+def test_mini_batches_make_one_update_each(trainer):
+    """grpo.mini_batch_size: grad_epochs x (batch / mini-batch) AdamW updates, each the token-mean loss of
+    its own mini-batch (VERL's ppo_mini_batch_size), equal to a direct per-mini-batch reference."""
+    samples = samples_of_unequal_length()
+    start = trainer.adapter()
+    g = trainer.grpo
+    saved = (g.K, g.mini_batch_size, g.micro_batch_tokens)
+    try:
+        g.K, g.mini_batch_size, g.micro_batch_tokens = 1, 3, 45  # 7 samples -> mini-batches of 3, 3, 1
+        ranges = trainer.mini_batches(len(samples))
+        assert [list(r) for r in ranges] == [[0, 1, 2], [3, 4, 5], [6]]
+        want, want_loss, _ = full_batch_step(trainer, samples, start, ranges)
+        trainer.set_adapter(start)
+        metrics = trainer.step(samples)
+        got = trainer.adapter()
+        assert metrics["updates"] == 2 * 3 and metrics["skipped_updates"] == 0
+        assert metrics["loss"] == pytest.approx(want_loss, abs=1e-6)
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=0)
+        whole, _, _ = full_batch_step(trainer, samples, start)  # one full-batch update per epoch differs
+        assert any(not torch.allclose(whole[k], want[k], atol=1e-6) for k in want)
+    finally:
+        g.K, g.mini_batch_size, g.micro_batch_tokens = saved
+        trainer.set_adapter(start)
+
+
+def test_non_finite_gradient_skips_the_update(trainer):
+    start = trainer.adapter()
+    samples = samples_of_unequal_length()
+    samples[2] = Sample(samples[2].prompt_ids, samples[2].response_ids, advantage=float("nan"))
+    trainer.set_adapter(start)
+    metrics = trainer.step(samples)
+    got = trainer.adapter()
+    assert metrics["skipped_updates"] == metrics["updates"] == trainer.grpo.grad_epochs
+    for k in start:
+        assert torch.equal(got[k], start[k])  # bitwise unchanged: no NaN reached the weights
+    assert not any(trainer.optimizer.state)  # nor the AdamW moments
+    trainer.set_adapter(start)
+
+
+def test_old_and_reference_logprobs_use_eval_mode_so_the_first_ratio_is_one(tiny_model_dir):
+    """With LoRA dropout 0.1 the old log-probs are the current policy's without dropout: recomputing them
+    gives exactly the same values (ratio exactly 1), while a train-mode forward (dropout on) does not."""
+    t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16, dropout=0.1), GRPOConfig(kl_coef=0.1))
+    torch.manual_seed(3)
+    t.set_adapter({k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()})
+    samples = samples_of_unequal_length()
+    mbs = t.micro_batches(samples)
+    old = t._frozen_logprobs(mbs, TEMP, use_adapter=True)
+    again = t._frozen_logprobs(mbs, TEMP, use_adapter=True)
+    assert all(torch.equal(torch.exp(a - b), torch.ones_like(a)) for a, b in zip(again, old))
+    t.model.train()
+    with torch.no_grad():
+        dropped = [t._logprobs(mb, TEMP) for mb in mbs]
+    t.model.eval()
+    assert any(not torch.allclose(d, o) for d, o in zip(dropped, old))  # dropout is live in train mode
+    assert not t.model.training  # the trainer is left in eval mode
+
+
+def test_entropy_is_logged_and_its_bonus_raises_entropy(tiny_model_dir):
+    def entropy_after(coef):
+        t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16),
+                                 GRPOConfig(lr=1e-2, grad_epochs=1, kl_coef=0.0, entropy_coef=coef))
+        torch.manual_seed(3)
+        t.set_adapter({k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()})
+        zero_adv = [Sample(s.prompt_ids, s.response_ids, 0.0) for s in samples_of_unequal_length()]
+        first = t.step(zero_adv)["entropy"]
+        for _ in range(3):
+            t.step(zero_adv)
+        return first, t.step(zero_adv)["entropy"]
+
+    start, without_bonus = entropy_after(0.0)
+    start_b, with_bonus = entropy_after(1.0)
+    assert start == pytest.approx(start_b) and start > 0  # the token entropy is reported either way
+    assert without_bonus == pytest.approx(start, rel=1e-3)  # zero advantages, no bonus: nothing moves it
+    assert with_bonus > start + 1e-3  # the bonus (entropy_coef > 0) raises it
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 4096])
