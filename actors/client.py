@@ -177,8 +177,10 @@ class ClientCore:
                 answers.append(answer)
         if self.engine.asleep:
             torch.cuda.empty_cache()  # what the trainer cached goes back to the card before the engine wakes
+        # the behaviour log-probs travel with public responses only when truncated IS will use them
+        want_logprobs = self.cfg.grpo.tis_cap > 0 and seed_keys[0] == "public"
         outs = self.engine.generate(pids, n=n, temperature=temperature, max_tokens=self.cfg.model.max_response_len,
-                                    seeds=seeds, keys=keys)
+                                    seeds=seeds, keys=keys, logprobs=want_logprobs)
         results, at = [], 0
         for cid, batch in requests:
             groups = []
@@ -188,7 +190,7 @@ class ClientCore:
                     text = self.tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
                     reward = self.reward_fn(text, answer)
                     group.append(Response(text=text, reward=reward, correct=reward > CORRECT_THRESHOLD, origin=cid,
-                                          token_ids=tuple(c.token_ids)))
+                                          token_ids=tuple(c.token_ids), logprobs=tuple(c.logprobs)))
                 groups.append(group)
             results.append((pids[at:at + len(batch)], groups))
             at += len(batch)
@@ -197,7 +199,8 @@ class ClientCore:
     def _train(self, cid: int, pids: Sequence[tuple[int, ...]], groups: Sequence[Sequence[Response]]) -> dict:
         rewards = torch.tensor([[r.reward for r in g] for g in groups], dtype=torch.float32)
         adv = group_advantages(rewards, self.cfg.grpo.adv_eps)
-        samples = [Sample(pid, r.token_ids if r.token_ids else (self.tokenizer.eos_token_id,), float(a), r.origin)
+        samples = [Sample(pid, r.token_ids if r.token_ids else (self.tokenizer.eos_token_id,), float(a), r.origin,
+                          r.logprobs if r.token_ids else ())
                    for pid, g, row in zip(pids, groups, adv) for r, a in zip(g, row.tolist())]
         t = time.perf_counter()
         self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
@@ -280,9 +283,10 @@ class ClientCore:
         return self.engine.prompt_logprobs(token_ids, key=self.ids[0] if cid is None else cid)
 
     def trainer_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
-                         cid: int | None = None) -> list[float]:
+                         cid: int | None = None, temperature: float = 1.0) -> list[float]:
         self._activate(self.ids[0] if cid is None else cid)
-        return self.trainer.response_logprobs([Sample(tuple(prompt_ids), tuple(response_ids), 0.0)])[0].tolist()
+        return self.trainer.response_logprobs([Sample(tuple(prompt_ids), tuple(response_ids), 0.0)],
+                                              temperature)[0].tolist()
 
 
 # A client actor that dies (killed process, lost node) is restarted by Ray: its constructor runs again with

@@ -29,6 +29,7 @@ ADAPTER_DIR_PREFIX = "pubswap-adapters-"
 class Completion:
     token_ids: tuple[int, ...]
     text: str
+    logprobs: tuple[float, ...] = ()  # the sampling distribution's log-prob of each token (if asked for)
 
 
 class VLLMEngine:
@@ -50,7 +51,9 @@ class VLLMEngine:
         from vllm import LLM
 
         kwargs = dict(model=model_dir, dtype=dtype, enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank),
-                      max_loras=max_loras, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs)
+                      max_loras=max_loras, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
+                      # sampled tokens' log-probs after temperature: the behaviour policy of truncated IS
+                      logprobs_mode="processed_logprobs")
         self.sleep_mode = False
         if torch.cuda.is_available():
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
@@ -105,18 +108,20 @@ class VLLMEngine:
                 self._drop_stale()
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
-                 seeds: Sequence[int], keys: Sequence | None = None) -> list[list[Completion]]:
-        """n completions per prompt; prompt i is answered with adapter keys[i] (default: key 0)."""
+                 seeds: Sequence[int], keys: Sequence | None = None, logprobs: bool = False) -> list[list[Completion]]:
+        """n completions per prompt; prompt i is answered with adapter keys[i] (default: key 0). With
+        `logprobs`, each completion carries its tokens' log-probs under the sampling distribution."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         self.wake_up()
-        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=int(s) % 2**31)
-                  for s in seeds]
+        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=int(s) % 2**31,
+                                 logprobs=0 if logprobs else None) for s in seeds]
         loras = [self._loras.get(k) for k in (keys if keys is not None else [0] * len(prompt_ids))]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
                                  lora_request=loras, use_tqdm=False)
-        return [[Completion(tuple(c.token_ids), c.text) for c in o.outputs] for o in outs]
+        return [[Completion(tuple(c.token_ids), c.text, _sampled_logprobs(c) if logprobs else ())
+                 for c in o.outputs] for o in outs]
 
     def prompt_logprobs(self, token_ids: Sequence[int], key=0) -> list[float]:
         """Log-prob of each token after the first, under adapter `key` (raw model logits)."""
@@ -128,6 +133,11 @@ class VLLMEngine:
                                 SamplingParams(max_tokens=1, prompt_logprobs=0), lora_request=self._loras.get(key),
                                 use_tqdm=False)[0]
         return [entry[t].logprob for entry, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
+
+
+def _sampled_logprobs(completion) -> tuple[float, ...]:
+    """The log-prob vLLM reported for each sampled token (logprobs=0 returns just that one)."""
+    return tuple(float(entry[t].logprob) for entry, t in zip(completion.logprobs, completion.token_ids))
 
 
 class HFEngine:
@@ -167,7 +177,7 @@ class HFEngine:
         self._loaded = adapter_dir
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
-                 seeds: Sequence[int], keys: Sequence | None = None) -> list[list[Completion]]:
+                 seeds: Sequence[int], keys: Sequence | None = None, logprobs: bool = False) -> list[list[Completion]]:
         torch = self.torch
         out = []
         keys = keys if keys is not None else [0] * len(prompt_ids)
@@ -178,14 +188,18 @@ class HFEngine:
             with torch.no_grad():
                 gen = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=temperature > 0,
                                           temperature=temperature if temperature > 0 else None, top_k=0, top_p=1.0,
-                                          max_new_tokens=max_tokens, eos_token_id=self.eos, pad_token_id=self.pad)
+                                          max_new_tokens=max_tokens, eos_token_id=self.eos, pad_token_id=self.pad,
+                                          return_dict_in_generate=True, output_scores=logprobs)
+            # the scores are the processed (temperature-scaled) logits each token was sampled from
+            steps = torch.stack(gen.scores, 1).float().log_softmax(-1) if logprobs else None
             completions = []
-            for row in gen[:, len(ids):].tolist():
+            for j, row in enumerate(gen.sequences[:, len(ids):].tolist()):
                 if self.eos is not None and self.eos in row:
                     row = row[: row.index(self.eos) + 1]
                 while row and row[-1] == self.pad and self.pad != self.eos:
                     row.pop()
-                completions.append(Completion(tuple(row), ""))
+                lp = tuple(steps[j, torch.arange(len(row)), row].tolist()) if steps is not None else ()
+                completions.append(Completion(tuple(row), "", lp))
             out.append(completions)
         return out
 

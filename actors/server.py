@@ -53,7 +53,8 @@ class ServerActor:
         by_client = dict(zip(cids, groups))
         # who generated each response a client will train on, and whether it was correct
         provenance = [[[(r.origin, r.correct) for r in g] for g in per_client] for per_client in groups]
-        text_bytes = sum(len(r.text.encode()) + 4 * len(r.token_ids) for c in pool for g in c for r in g)
+        text_bytes = sum(len(r.text.encode()) + 4 * len(r.token_ids) + 8 * len(r.logprobs)
+                         for c in pool for g in c for r in g)
         return {"groups": [ray.put({c: by_client[c] for c in ids}) for ids in by_actor], "clients": cids,
                 "swapped_in": stats.swapped_in, "missing_donors": stats.missing_donors, "pool_bytes": text_bytes,
                 "provenance": provenance}

@@ -37,6 +37,7 @@ class Response:
     correct: bool
     origin: int  # client id that generated this response
     token_ids: tuple[int, ...] = ()
+    logprobs: tuple[float, ...] = ()  # its generator's sampling log-probs (only with grpo.tis_cap > 0)
 
 
 @dataclass(frozen=True)

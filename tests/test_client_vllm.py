@@ -20,7 +20,7 @@ def client(tiny_model_dir, tmp_path_factory):
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
     run_dir = tmp_path_factory.mktemp("vllm_client")
     cfg = tiny_config(tiny_model_dir, run_dir, "rollout.backend=vllm", "federation.num_clients=1",
-                      "grpo.lr=0.05", "grpo.kl_coef=0.0")
+                      "grpo.lr=0.05", "grpo.kl_coef=0.0", "grpo.tis_cap=2.0")
     rows = [Row(f"Calculate {a} + {b}.", str(a + b), "add") for a in range(4) for b in range(4)]
     actor = ClientActor.options(num_cpus=0.5).remote(cfg.to_dict(), {0: rows}, str(tiny_model_dir))
     yield actor
@@ -65,3 +65,18 @@ def test_engine_follows_trainer_updates(client):
     assert torch.allclose(e, t, atol=1e-3), (e, t)
     after = ray.get(client.get_adapter.remote())
     assert set(after) == set(before)
+
+
+def test_public_responses_carry_the_engines_sampling_logprobs(client):
+    """With grpo.tis_cap > 0 a public response carries its engine's log-probs after temperature (the
+    behaviour policy of truncated IS): they equal the trainer's at the rollout temperature."""
+    prompt = "Calculate 3 + 1."
+    out = ray.get(client.answer_public.remote([(prompt, "4")], 0, 1))
+    temperature = 0.7
+    pids = list(ray.get(client.prompt_ids.remote(prompt)))
+    for r in out["responses"][0][0]:
+        assert len(r.logprobs) == len(r.token_ids) > 0
+        trainer = torch.tensor(ray.get(client.trainer_logprobs.remote(pids, list(r.token_ids), None, temperature)))
+        assert torch.allclose(torch.tensor(r.logprobs), trainer, atol=1e-3), (r.logprobs, trainer)
+        raw = torch.tensor(ray.get(client.trainer_logprobs.remote(pids, list(r.token_ids))))
+        assert not torch.allclose(torch.tensor(r.logprobs), raw, atol=1e-2)  # not the raw (T=1) log-probs
