@@ -4,7 +4,8 @@ A logical client is a federated client: its private rows (which never leave it),
 its optimizer moments. With one client per actor this is "one client, one GPU-pinned actor"; with many,
 16-128 clients fit on a few GPUs or one CPU box. Per local step the actor
 
-  * samples b private prompts for each hosted participant and rolls all of them out in ONE engine call,
+  * takes the next b private prompts of each hosted participant (shuffled epochs, pubswap.data.order)
+    and rolls all of them out in ONE engine call,
     each prompt answered with its own client's current adapter (multi-LoRA), then
   * trains one GRPO step per client, switching the trainer to that client's adapter and optimizer.
 
@@ -29,12 +30,14 @@ from actors.collective import tensor_device
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
 from pubswap.aggregation import make_strategy
 from pubswap.config import RunConfig, from_dict
+from pubswap.data.order import private_batch, private_steps_before
+from pubswap.data.prompt_length import chat_prompt_ids
 from pubswap.data.rows import Row
 from pubswap.faults import maybe_crash
 from pubswap.grpo import group_advantages, zero_advantage_fraction
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, unflatten
 from pubswap.rewards import make_reward
-from pubswap.seeding import derive_seed, rng
+from pubswap.seeding import derive_seed
 from pubswap.swap import Response
 from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
 
@@ -159,10 +162,11 @@ class ClientCore:
     # --- rollouts ----------------------------------------------------------------------------
 
     def prompt_ids(self, prompt: str) -> tuple[int, ...]:
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False)
-        ids = list(ids["input_ids"] if isinstance(ids, dict) else ids)
-        return tuple(ids[-self.cfg.model.max_prompt_len:])
+        ids = chat_prompt_ids(self.tokenizer, prompt)
+        if len(ids) > self.cfg.model.max_prompt_len:  # the driver drops such rows before the split
+            raise ValueError(f"a prompt of {len(ids)} tokens exceeds model.max_prompt_len="
+                             f"{self.cfg.model.max_prompt_len}: {prompt[:80]!r}...")
+        return tuple(ids)
 
     def _rollout(self, requests: Sequence[tuple[int, Sequence[tuple[str, str]]]], n: int, temperature: float,
                  seed_keys: tuple) -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
@@ -222,9 +226,9 @@ class ClientCore:
         requests = []
         for cid in self._hosted(cids):
             rows = self.clients[cid].rows
-            idx = rng(self.cfg.seed, "private", round_idx, step, cid).choice(len(rows), size=g.b,
-                                                                              replace=len(rows) < g.b)
-            requests.append((cid, [(rows[int(i)].prompt, rows[int(i)].answer) for i in idx]))
+            index = private_steps_before(self.cfg.federation, self.cfg.seed, cid, round_idx, step)
+            idx = private_batch(self.cfg.seed, cid, len(rows), g.b, index)  # shuffled epochs, no replacement
+            requests.append((cid, [(rows[i].prompt, rows[i].answer) for i in idx]))
         t = time.perf_counter()
         rolled = self._rollout(requests, g.K, g.temperature, ("rollout", round_idx, step))
         gen_s = time.perf_counter() - t

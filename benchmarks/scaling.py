@@ -64,7 +64,7 @@ def one_round(config: str, overrides: list[str], n: int, actors: int, out: Path)
     cfg.resources.cpus_per_client = min(cfg.resources.cpus_per_client, cpus / actors)  # all actors fit the node
     cfg.data.per_client = max(8, min(cfg.data.per_client, 2000 // n))  # enough rows for every client, cheaply
     model_dir = resolve_model(cfg.model.path, out / "_models")
-    split = build_split(cfg)
+    split = build_split(cfg, model_dir)
     mem = PeakMemory()
     t0 = time.perf_counter()
     init_ray()

@@ -26,6 +26,7 @@ from pubswap.checkpoint import (Checkpoint, ResumeError, latest_checkpoint, roun
                                 write_text_atomic)
 from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
+from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
 from pubswap.faults import ENV as FAULT_ENV
@@ -35,10 +36,16 @@ from pubswap.metrics_log import read_records
 from pubswap.models import resolve_model
 
 
-def build_split(cfg: RunConfig) -> FederatedSplit:
+def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
+    """The run's federated split; prompts over model.max_prompt_len tokens (in the model's chat template)
+    are dropped first and counted in the data report."""
+    from transformers import AutoTokenizer
+
     d, f = cfg.data, cfg.federation
     total = f.num_clients * d.per_client + d.public_size + d.test_size
     rows, report = load_source(d, total, cfg.seed)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = drop_long_prompts(rows, report, lambda p: len(chat_prompt_ids(tokenizer, p)), cfg.model.max_prompt_len)
     if report.total_rejected:
         print(f"data: {report}", flush=True)
     return dirichlet_split(rows, f.num_clients, d.per_client, d.dirichlet_alpha, d.public_size, d.test_size, cfg.seed)
@@ -158,7 +165,7 @@ def train(cfg: RunConfig) -> dict:
         return _summary(run_dir, ckpt.state["base_pass@1"], read_records(metrics_path)[: ckpt.round], 0.0)
     write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
-    split = build_split(cfg)
+    split = build_split(cfg, model_dir)
     fingerprint = split.fingerprint()
     if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
         raise ResumeError(f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "

@@ -16,7 +16,7 @@ def federation(tiny_model_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("fed")
     cfg = tiny_config(tiny_model_dir, run_dir, "federation.num_clients=3", "federation.weighting=samples",
                       "data.per_client=10")
-    split = build_split(cfg)
+    split = build_split(cfg, str(tiny_model_dir))
     fed = Federation(cfg, split, str(tiny_model_dir), str(run_dir))
     yield fed, split
     fed.shutdown()

@@ -29,7 +29,7 @@ def local_ray():
 
 
 def one_round(cfg, model_dir, run_dir):
-    fed = Federation(cfg, build_split(cfg), str(model_dir), str(run_dir))
+    fed = Federation(cfg, build_split(cfg, str(model_dir)), str(model_dir), str(run_dir))
     try:
         start = fed.initial_adapter()
         fed.set_global(start)
