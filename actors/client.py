@@ -36,7 +36,7 @@ from pubswap.data.rows import Row
 from pubswap.faults import maybe_crash
 from pubswap.grpo import group_advantages, zero_advantage_fraction
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, unflatten
-from pubswap.rewards import make_reward
+from pubswap.rewards import in_format, make_reward
 from pubswap.seeding import derive_seed
 from pubswap.swap import Response
 from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
@@ -276,12 +276,15 @@ class ClientCore:
         self.set_global(averaged)
         return drift
 
-    def evaluate(self, rows: Sequence[tuple[str, str]], round_idx: int) -> list[float]:
-        """pass@1 rewards of the global adapter (every hosted client holds it after set_global/average)."""
+    def evaluate(self, rows: Sequence[tuple[str, str]], round_idx: int) -> dict:
+        """The global adapter's `eval_n` responses per test prompt (every hosted client holds it after
+        set_global/average): {"rewards": per prompt, "in_format": per prompt}."""
         if not rows:
-            return []
-        ((_, groups),) = self._rollout([(self.ids[0], rows)], 1, self.cfg.grpo.val_temperature, ("eval", round_idx))
-        return [g[0].reward for g in groups]
+            return {"rewards": [], "in_format": []}
+        ((_, groups),) = self._rollout([(self.ids[0], rows)], self.cfg.eval_n, self.cfg.grpo.val_temperature,
+                                       ("eval", round_idx))
+        return {"rewards": [[r.reward for r in g] for g in groups],
+                "in_format": [[in_format(r.text, self.cfg.data.reward) for r in g] for g in groups]}
 
     def engine_logprobs(self, token_ids: Sequence[int], cid: int | None = None) -> list[float]:
         return self.engine.prompt_logprobs(token_ids, key=self.ids[0] if cid is None else cid)

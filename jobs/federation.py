@@ -31,6 +31,7 @@ from pubswap.gpu_budget import plan as plan_budget
 from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
+from pubswap.evaluation import Score, score
 from pubswap.lora import Adapter
 from pubswap.participation import participants
 
@@ -216,11 +217,12 @@ class Federation:
         averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
         return averaged, sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
 
-    def evaluate(self, round_idx: int) -> tuple[float, int]:
+    def evaluate(self, round_idx: int) -> Score:
+        """pass@1 (mean@eval_n) of the global adapter on the test set, split across the actors."""
         shards = self._call([self.server.test_shards.remote(len(self.actors))])[0]
         per_actor = self._call([a.evaluate.remote(s, round_idx) for a, s in zip(self.actors, shards)])
-        rewards = [r for rs in per_actor for r in rs]
-        return (sum(rewards) / len(rewards) if rewards else 0.0), len(rewards)
+        return score([r for out in per_actor for r in out["rewards"]],
+                     [f for out in per_actor for f in out["in_format"]])
 
     def shutdown(self) -> None:
         # let live clients remove their node-local adapter folders (a dead one's are removed by the next

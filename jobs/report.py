@@ -4,7 +4,9 @@
 
 A run is matched to a paper cell by its config (model, dataset, alpha, method, tau, swap period);
 runs that match no cell are listed with the paper columns empty. Numbers are percentages. "best" is
-the best evaluated round (including the base model at round 0), as in the paper's Tables 7-8.
+the best evaluated round (including the base model at round 0), as in the paper's Tables 7-8. "SE" is
+the final pass@1's standard error over the test prompts (x responses per prompt, config eval_n): gaps
+between methods smaller than about two of them are noise.
 """
 
 from __future__ import annotations
@@ -35,22 +37,31 @@ def read_run(run_dir: Path) -> dict:
     summary = json.loads(summary_path.read_text())
     return {"run": run_dir.name, "cell": cell_of(cfg), "rounds": summary.get("rounds"),
             "of": cfg["federation"]["rounds"], "base": summary["base_pass@1"], "final": summary["final_pass@1"],
-            "best": summary.get("best_pass@1", summary["final_pass@1"])}
+            "best": summary.get("best_pass@1", summary["final_pass@1"]), "se": summary.get("final_pass@1_se"),
+            "prompts": summary.get("eval_prompts"), "n": summary.get("eval_n")}
 
 
 def fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def se_text(r: dict) -> str:
+    """The final pass@1's standard error (percentage points) and what it is over: "±1.3 (1250x4)"."""
+    if r["se"] is None:
+        return "-"
+    return f"±{100 * r['se']:.1f} ({r['prompts']}x{r['n']})"
+
+
 def table(run_dirs: list[Path]) -> str:
-    lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'best':>6} | paper (table: base final/best)"]
+    lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'SE (prompts x n)':>17} {'best':>6} | "
+             "paper (table: base final/best)"]
     for d in run_dirs:
         r = read_run(d)
         paper = paper_entries(r["cell"])
         base = BASE.get((r["cell"].model, r["cell"].dataset)) if r["cell"] else None
         refs = "; ".join(f"T{t}: {fmt(base)} {fmt(final)}/{fmt(best)}" for t, final, best in paper) or "-"
         lines.append(f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "
-                     f"{100 * r['best']:>6.1f} | {refs}")
+                     f"{se_text(r):>17} {100 * r['best']:>6.1f} | {refs}")
     return "\n".join(lines)
 
 

@@ -29,6 +29,7 @@ from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
+from pubswap.evaluation import Score
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.faults import maybe_crash
 from pubswap.lora import Adapter, num_bytes
@@ -119,10 +120,16 @@ def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tup
     global_adapter, avg = fed.average(r, parts)
     record = _round_record(r, parts, steps, avg, len(fed.actors), adapter_bytes)
     if r % cfg.eval_every == 0 or r == f.rounds:
-        record["pass@1"], _ = fed.evaluate(r)
+        record.update(eval_record(fed.evaluate(r)))
     record["time"]["round_s"] = round_s = time.perf_counter() - t_round
     record["time"]["other_s"] = round_s - record["time"]["gen_s"] - record["time"]["train_s"]
     return record, global_adapter
+
+
+def eval_record(sc: Score) -> dict:
+    """An evaluation's fields in metrics.jsonl (and the checkpoint's fixed state for the base model)."""
+    return {"pass@1": sc.pass_at_1, "pass@1_se": sc.se, "eval_prompts": sc.prompts, "eval_n": sc.n,
+            "format_rate": sc.format_rate}
 
 
 def _resume_point(cfg: RunConfig, ckpt_dir: Path) -> Checkpoint | None:
@@ -138,11 +145,17 @@ def _resume_point(cfg: RunConfig, ckpt_dir: Path) -> Checkpoint | None:
     return ckpt
 
 
-def _summary(run_dir: Path, base_pass: float, records: list[dict], wall: float) -> dict:
-    evaluated = [r["pass@1"] for r in records if "pass@1" in r]
-    summary = {"base_pass@1": base_pass, "final_pass@1": evaluated[-1] if evaluated else base_pass,
-               "best_pass@1": max([base_pass, *evaluated]), "rounds": len(records), "run_dir": str(run_dir),
-               "wall_s": wall}
+def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dict:
+    """`base`: the base model's eval_record (older checkpoints hold only its pass@1)."""
+    evaluated = [r for r in records if "pass@1" in r]
+    final = evaluated[-1] if evaluated else base
+    best = max([base, *evaluated], key=lambda r: r["pass@1"])
+    summary = {"base_pass@1": base["pass@1"], "base_pass@1_se": base.get("pass@1_se"),
+               "final_pass@1": final["pass@1"], "final_pass@1_se": final.get("pass@1_se"),
+               "best_pass@1": best["pass@1"], "best_pass@1_se": best.get("pass@1_se"),
+               "eval_prompts": final.get("eval_prompts"), "eval_n": final.get("eval_n"),
+               "final_format_rate": final.get("format_rate"),
+               "rounds": len(records), "run_dir": str(run_dir), "wall_s": wall}
     write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
 
@@ -162,7 +175,7 @@ def train(cfg: RunConfig) -> dict:
               "do. Raise federation.rounds to continue it.", flush=True)
         if (run_dir / "summary.json").is_file():
             return json.loads((run_dir / "summary.json").read_text())
-        return _summary(run_dir, ckpt.state["base_pass@1"], read_records(metrics_path)[: ckpt.round], 0.0)
+        return _summary(run_dir, _base_eval(ckpt.state), read_records(metrics_path)[: ckpt.round], 0.0)
     write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
@@ -180,17 +193,18 @@ def train(cfg: RunConfig) -> dict:
         if ckpt is None:
             global_adapter = fed.initial_adapter()
             fed.set_global(global_adapter)
-            base_pass, n_eval = fed.evaluate(0)
-            print(f"base model pass@1 = {base_pass:.3f} on {n_eval} test prompts ({time.perf_counter() - t0:.0f}s)",
-                  flush=True)
-            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base_pass}
+            base = fed.evaluate(0)
+            print(f"base model {base.line()} ({time.perf_counter() - t0:.0f}s)", flush=True)
+            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base.pass_at_1,
+                     "base_eval": eval_record(base)}
             save_checkpoint(ckpt_dir, 0, global_adapter, lora_config, {**fixed, "record": None})
             write_text_atomic(metrics_path, "")
             records, start = [], 1
         else:
             global_adapter = ckpt.adapter()
             fed.set_global(global_adapter)
-            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"]}
+            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
+                     "base_eval": _base_eval(ckpt.state)}
             records = metrics_log.rebuild(metrics_path, ckpt.round, lambda r: _checkpointed_record(ckpt_dir, r))
             start = ckpt.round + 1
             print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
@@ -215,16 +229,26 @@ def train(cfg: RunConfig) -> dict:
             save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record})
             records.append(record)
             t = record["time"]
-            pass_txt = f" pass@1 {record['pass@1']:.3f}" if "pass@1" in record else ""
+            pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
             print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s (gen {t['gen_s']:.0f}s, train {t['train_s']:.0f}s, "
                   f"other {t['other_s']:.0f}s) drift {mean(record['drift_sq']):.2e}{pass_txt}; "
                   f"checkpoint round_{r:04d}", flush=True)
     finally:
         fed.shutdown()
-    summary = _summary(run_dir, fixed["base_pass@1"], records, time.perf_counter() - t0)
-    print(f"base pass@1 {summary['base_pass@1']:.3f} -> final pass@1 {summary['final_pass@1']:.3f} in "
-          f"{summary['wall_s']:.0f}s; run dir {run_dir}", flush=True)
+    summary = _summary(run_dir, fixed["base_eval"], records, time.perf_counter() - t0)
+    print(f"base pass@1 {_pm(summary, 'base')} -> final pass@1 {_pm(summary, 'final')} "
+          f"(SE over {summary['eval_prompts']} test prompts) in {summary['wall_s']:.0f}s; run dir {run_dir}",
+          flush=True)
     return summary
+
+
+def _base_eval(state: dict) -> dict:
+    return state.get("base_eval") or {"pass@1": state["base_pass@1"]}
+
+
+def _pm(summary: dict, which: str) -> str:
+    se = summary.get(f"{which}_pass@1_se")
+    return f"{summary[f'{which}_pass@1']:.3f}" + (f" ± {se:.3f}" if se is not None else "")
 
 
 def _checkpointed_record(ckpt_dir: Path, r: int) -> dict | None:

@@ -40,10 +40,14 @@ def test_round_protocol(method, local_ray, digit_model_dir, tmp_path):
         assert public_steps(rec) == expected_public
         assert [st["step"] for st in rec["steps"]] == [1, 2, 3, 4]
         assert "pass@1" in rec and 0.0 <= rec["pass@1"] <= 1.0
+        p, n = rec["pass@1"], rec["eval_prompts"]
+        assert n == 8 and rec["eval_n"] == 1 and rec["pass@1_se"] == pytest.approx((p * (1 - p) / n) ** 0.5)
         assert len(rec["drift_sq"]) == 2 and rec["bytes"]["adapter"] > 0
         for st in rec["steps"]:
             for c in st["clients"]:
                 assert c["response_tokens"] > 0 and 0.0 <= c["zero_adv_frac"] <= 1.0
+                assert c["updates"] == 2 and c["entropy"] > 0 and c["nll_own"] > 0
+                assert (c["nll_swapped"] > 0) == (c["off_policy"] > 0)  # measured on swapped-in responses only
             if not st["public"]:
                 assert all(c["off_policy"] == 0 for c in st["clients"])  # private steps are on-policy
                 continue
@@ -63,3 +67,4 @@ def test_round_protocol(method, local_ray, digit_model_dir, tmp_path):
     if method.startswith("pubswap"):
         assert total_swapped > 0
     assert summary["final_pass@1"] == records[-1]["pass@1"]
+    assert summary["final_pass@1_se"] == records[-1]["pass@1_se"] and summary["base_pass@1_se"] is not None

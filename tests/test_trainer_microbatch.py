@@ -236,3 +236,44 @@ def test_device_placement_and_dtypes(tiny_model_dir):
     state = [s for group in t.optimizer.state.values() for s in group.values() if torch.is_tensor(s) and s.dim()]
     assert state and {s.dtype for s in state} == {torch.float32}
     assert copy.deepcopy(t.adapter()).keys() == t.anchor.keys()
+
+
+def test_truncated_is_weights_only_swapped_in_responses(trainer):
+    """grpo.tis_cap: a swapped-in response (origin != owner) is weighted per token by min(pi_old / pi_donor,
+    cap). Donor log-probs equal to the local ones (weight 1) leave the update as without TIS; donor
+    log-probs far above the local ones (weight ~0) make it the update without those responses."""
+    start = trainer.adapter()
+    base = samples_of_unequal_length()
+    old = trainer.response_logprobs(base, TEMP)
+    swapped = {1, 4}
+
+    def with_donor(logps):
+        return [Sample(s.prompt_ids, s.response_ids, s.advantage, origin=1 if i in swapped else 0,
+                       behaviour_logprobs=tuple(logps[i].tolist()) if i in swapped else ())
+                for i, s in enumerate(base)]
+
+    def update(samples, cap):
+        trainer.set_adapter(start)
+        trainer.grpo.tis_cap = cap
+        try:
+            metrics = trainer.step(samples, owner=0)
+        finally:
+            trainer.grpo.tis_cap = 0.0
+        return trainer.adapter(), metrics
+
+    plain, m = update(with_donor(old), 0.0)
+    assert m["nll_swapped"] == pytest.approx(-float(torch.cat([old[i] for i in swapped]).mean()), rel=1e-5)
+    same, _ = update(with_donor(old), 2.0)
+    for k in plain:
+        torch.testing.assert_close(same[k], plain[k], atol=1e-7, rtol=0)
+    confident = [lp + 30.0 if i in swapped else lp for i, lp in enumerate(old)]  # donor far surer: weight e^-20
+    weighted, _ = update(with_donor(confident), 2.0)
+    assert any(not torch.allclose(weighted[k], plain[k], atol=1e-6) for k in plain)
+    # policy-gradient-wise the swapped responses now count for ~nothing; their tokens still enter the KL term
+    # and the token-mean's denominator, so compare against zero-advantage copies of them
+    muted = [Sample(s.prompt_ids, s.response_ids, 0.0 if i in swapped else s.advantage, s.origin)
+             for i, s in enumerate(with_donor(old))]
+    expected, _ = update(muted, 0.0)
+    for k in plain:
+        torch.testing.assert_close(weighted[k], expected[k], atol=1e-6, rtol=0)
+    trainer.set_adapter(start)
