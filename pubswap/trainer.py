@@ -230,15 +230,15 @@ class LoraGRPOTrainer:
         size = g.mini_batch_size * g.K if g.mini_batch_size else n_samples
         return [range(i, min(i + size, n_samples)) for i in range(0, n_samples, size)]
 
-    def _tis_weights(self, mb: MicroBatch, samples: Sequence[Sample], old: Tensor, owner: int | None) -> Tensor | None:
+    def _tis_weights(self, mb: MicroBatch, samples: Sequence[Sample], old: Tensor, off: set[int]) -> Tensor | None:
         """Per-token truncated IS weights for the micro-batch (1 on own responses), or None when off."""
         cap = self.grpo.tis_cap
-        if cap <= 0 or owner is None:
+        if cap <= 0 or not off:
             return None
         parts = []
         for i, old_part in zip(mb.index, torch.split(old, mb.lengths)):
             s = samples[i]
-            if s.origin != owner and len(s.behaviour_logprobs) == len(s.response_ids):
+            if i in off and len(s.behaviour_logprobs) == len(s.response_ids):
                 behaviour = torch.tensor(s.behaviour_logprobs, dtype=torch.float32, device=old.device)
                 parts.append(truncated_is_weights(old_part, behaviour, cap))
             else:
@@ -246,15 +246,16 @@ class LoraGRPOTrainer:
         return torch.cat(parts)
 
     @staticmethod
-    def _nll(mbs: Sequence[MicroBatch], old: Sequence[Tensor], keep) -> float:
-        """Mean per-token NLL (under the old, i.e. step-start local policy) of the responses `keep` selects."""
-        total, count = 0.0, 0
+    def _nll(mbs: Sequence[MicroBatch], old: Sequence[Tensor], off: set[int]) -> dict[str, float]:
+        """Mean per-token NLL under the old (step-start) local policy of the own responses and of the
+        off-policy ones (sample indices `off`), in one pass."""
+        total, count = {False: 0.0, True: 0.0}, {False: 0, True: 0}
         for mb, lp in zip(mbs, old):
             for i, part in zip(mb.index, torch.split(lp, mb.lengths)):
-                if keep(i):
-                    total -= float(part.sum())
-                    count += part.numel()
-        return total / count if count else 0.0
+                total[i in off] -= float(part.sum())
+                count[i in off] += part.numel()
+        mean = {k: total[k] / count[k] if count[k] else 0.0 for k in total}
+        return {"nll_own": mean[False], "nll_swapped": mean[True]}
 
     def step(self, samples: Sequence[Sample], owner: int | None = None) -> dict[str, float]:
         """One GRPO step on `samples` (prompt-major, K per prompt) of client `owner`: responses whose
@@ -272,11 +273,10 @@ class LoraGRPOTrainer:
         ref = ([self._frozen_logprobs(mbs, g.temperature, use_adapter=False) for mbs in plans] if g.kl_coef > 0
                else [[None] * len(mbs) for mbs in plans])
         flat_mbs = [mb for mbs in plans for mb in mbs]
-        flat_old = [lp for lps in old for lp in lps]
         off = {i for i, s in enumerate(samples) if owner is not None and s.origin not in (owner, -1)}
-        metrics: dict[str, float] = {
-            "nll_own": self._nll(flat_mbs, flat_old, lambda i: i not in off),
-            "nll_swapped": self._nll(flat_mbs, flat_old, lambda i: i in off)}
+        metrics: dict[str, float] = self._nll(flat_mbs, [lp for lps in old for lp in lps], off)
+        # the weights depend only on the old log-probs: computed once, used by every epoch
+        tis = [[self._tis_weights(mb, samples, lp, off) for mb, lp in zip(mbs, lps)] for mbs, lps in zip(plans, old)]
         params = list(self.trainable().values())
         entropy_mode = "grad" if g.entropy_coef > 0 else "value"
         sums = dict.fromkeys(keys, 0.0)
@@ -284,17 +284,17 @@ class LoraGRPOTrainer:
         self.model.train()
         try:
             for _ in range(g.grad_epochs):
-                for mbs, old_mbs, ref_mbs in zip(plans, old, ref):
+                for mbs, old_mbs, ref_mbs, tis_mbs in zip(plans, old, ref, tis):
                     n_tokens = float(sum(mb.tokens for mb in mbs))  # the token-mean's denominator: the mini-batch
                     self.optimizer.zero_grad(set_to_none=True)
                     part = dict.fromkeys(("loss", "pg_loss", "kl", "clip_frac", "entropy"), 0.0)
-                    for mb, old_mb, ref_mb in zip(mbs, old_mbs, ref_mbs):
+                    for mb, old_mb, ref_mb, tis_mb in zip(mbs, old_mbs, ref_mbs, tis_mbs):
                         logp, entropy = self._logprobs(mb, g.temperature, entropy_mode)
                         out = grpo_loss(logp, old_mb, ref_mb, mb.advantages, torch.ones_like(logp),
                                         clip_low=g.clip_low, clip_high=g.clip_high, clip_ratio_c=g.clip_ratio_c,
                                         log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef, entropy=entropy,
                                         entropy_coef=g.entropy_coef,
-                                        is_weights=self._tis_weights(mb, samples, old_mb, owner),
+                                        is_weights=tis_mb,
                                         denominator=n_tokens)
                         out.loss.backward()
                         for k in part:
