@@ -94,7 +94,8 @@ class ClientCore:
                                   gpu_memory_utilization=engine_gpu_fraction or r.gpu_memory_utilization,
                                   max_num_seqs=r.max_num_seqs or max(16, len(shards) * c.grpo.b * c.grpo.K),
                                   max_loras=len(shards), enforce_eager=r.enforce_eager,
-                                  max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode)
+                                  max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
+                                  lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.r)
         self._engine_dtype = DTYPES[c.model.dtype]
         self.reward_fn = make_reward(c.data.reward, c.data.reward_mode)
         initial = self.trainer.adapter()
@@ -125,6 +126,9 @@ class ClientCore:
     def _sync_engine(self, cid: int) -> None:
         """Serve client `cid`'s current adapter from the engine (new folder, new LoRA id)."""
         client = self.clients[cid]
+        if getattr(self.engine, "wants_tensors", False):  # a merged engine takes the tensors, no folder
+            self.engine.set_adapter(None, key=cid, tensors=client.adapter)
+            return
         self._version += 1
         path = save_adapter(self.adapter_dir / f"client_{cid}" / f"adapter_v{self._version}",
                             {k: v.to(self._engine_dtype) for k, v in client.adapter.items()}, self.trainer.lora_config)

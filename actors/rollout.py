@@ -45,15 +45,20 @@ class VLLMEngine:
     def __init__(self, model_dir: str, lora_rank: int, max_model_len: int, dtype: str, seed: int,
                  kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool | None = None,
                  max_num_seqs: int = 64, max_loras: int = 1, max_num_batched_tokens: int = 0,
-                 sleep_mode: bool = False):
+                 sleep_mode: bool = False, merged: bool = False, lora_scale: float = 1.0):
+        """`merged`: serve each adapter merged into the weights (actors/merged_lora.py) instead of
+        through vLLM's LoRA kernels; `lora_scale` (alpha / r) is then applied by the merge."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_gib))))
         import torch
         from vllm import LLM
 
-        kwargs = dict(model=model_dir, dtype=dtype, enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank),
-                      max_loras=max_loras, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
+        kwargs = dict(model=model_dir, dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
                       # sampled tokens' log-probs after temperature: the behaviour policy of truncated IS
                       logprobs_mode="processed_logprobs")
+        if merged:
+            kwargs["worker_extension_cls"] = "actors.merged_lora.MergedLoRAExtension"
+        else:
+            kwargs.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=max_loras)
         self.sleep_mode = False
         if torch.cuda.is_available():
             kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
@@ -71,6 +76,14 @@ class VLLMEngine:
                           # prompts exceed max_num_batched_tokens: schedule prompts whole on CPU
                           enable_chunked_prefill=False)
         self.llm = LLM(**kwargs)
+        self.merged = merged
+        self.lora_scale = lora_scale
+        if merged:
+            self.llm.collective_rpc("pubswap_merge_init", args=(os.path.abspath(model_dir),))
+        self._deltas: dict = {}  # merged: key -> {module: (A, B)}
+        self._merged_key = None  # merged: whose adapter the engine's weights hold (None: base)
+        self._merged_valid = True  # merged: False once that key's adapter changed
+        self.merge_s = 0.0  # merged: seconds spent rebuilding weights (time accounting)
         self._loras: dict = {}  # key -> LoRARequest
         self._stale: list[int] = []  # LoRA ids to drop from the engine once it is awake
         self._next_id = 1
@@ -95,7 +108,22 @@ class VLLMEngine:
             except Exception:
                 pass  # not loaded yet or already evicted
 
-    def set_adapter(self, adapter_dir: str | None, key=0) -> None:
+    wants_tensors = property(lambda self: self.merged)  # merged: set_adapter takes tensors, no folder
+
+    def set_adapter(self, adapter_dir: str | None, key=0, tensors=None) -> None:
+        """Serve adapter `adapter_dir` (a PEFT folder) or, for a merged engine, `tensors` (PEFT names)
+        for `key`; None: the base model."""
+        if self.merged:
+            from actors.merged_lora import lora_deltas, pack_deltas
+
+            if tensors is None and adapter_dir is not None:
+                from pubswap.lora import read_adapter
+
+                tensors = read_adapter(adapter_dir)
+            self._deltas[key] = pack_deltas(lora_deltas(tensors)) if tensors is not None else None
+            if key == self._merged_key:
+                self._merged_valid = False
+            return
         from vllm.lora.request import LoRARequest
 
         old = self._loras.pop(key, None)
@@ -117,11 +145,31 @@ class VLLMEngine:
         self.wake_up()
         params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=int(s) % 2**31,
                                  logprobs=0 if logprobs else None) for s in seeds]
-        loras = [self._loras.get(k) for k in (keys if keys is not None else [0] * len(prompt_ids))]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids], params,
-                                 lora_request=loras, use_tqdm=False)
+        keys = list(keys) if keys is not None else [0] * len(prompt_ids)
+        prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
+        if self.merged:  # one engine call per adapter, each with that adapter merged in
+            outs: list = [None] * len(prompts)
+            for key in dict.fromkeys(keys):
+                idx = [i for i, k in enumerate(keys) if k == key]
+                self._load_merged(key)
+                for i, o in zip(idx, self.llm.generate([prompts[i] for i in idx], [params[i] for i in idx],
+                                                       use_tqdm=False)):
+                    outs[i] = o
+        else:
+            outs = self.llm.generate(prompts, params, lora_request=[self._loras.get(k) for k in keys], use_tqdm=False)
         return [[Completion(tuple(c.token_ids), c.text, _sampled_logprobs(c) if logprobs else ())
                  for c in o.outputs] for o in outs]
+
+    def _load_merged(self, key) -> None:
+        """Make the engine's weights hold `key`'s adapter (no-op if they already do)."""
+        if key == self._merged_key and self._merged_valid:
+            return
+        import time
+
+        t = time.perf_counter()
+        self.llm.collective_rpc("pubswap_merge_load", args=(self._deltas.get(key), self.lora_scale))
+        self.merge_s += time.perf_counter() - t
+        self._merged_key, self._merged_valid = key, True
 
     def prompt_logprobs(self, token_ids: Sequence[int], key=0) -> list[float]:
         """Log-prob of each token after the first, under adapter `key` (raw model logits)."""
@@ -129,9 +177,11 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         self.wake_up()
+        if self.merged:
+            self._load_merged(key)
         out = self.llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))],
-                                SamplingParams(max_tokens=1, prompt_logprobs=0), lora_request=self._loras.get(key),
-                                use_tqdm=False)[0]
+                                SamplingParams(max_tokens=1, prompt_logprobs=0),
+                                lora_request=None if self.merged else self._loras.get(key), use_tqdm=False)[0]
         return [entry[t].logprob for entry, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
 
@@ -207,15 +257,28 @@ class HFEngine:
 def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: int, dtype: str, seed: int,
                 tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, max_num_seqs: int = 64,
                 max_loras: int = 1, enforce_eager: bool | None = None, max_num_batched_tokens: int = 0,
-                sleep_mode: bool = False):
+                sleep_mode: bool = False, lora_mode: str = "auto", lora_scale: float = 1.0):
     if backend == "vllm":
         return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization,
                           enforce_eager=enforce_eager, max_num_seqs=max_num_seqs, max_loras=max_loras,
-                          max_num_batched_tokens=max_num_batched_tokens, sleep_mode=sleep_mode)
+                          max_num_batched_tokens=max_num_batched_tokens, sleep_mode=sleep_mode,
+                          merged=resolve_lora_mode(lora_mode) == "merged", lora_scale=lora_scale)
     if backend == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad)
     raise ValueError(f"unknown rollout backend {backend!r}; use 'vllm' or 'hf'")
+
+
+def resolve_lora_mode(mode: str) -> str:
+    """`rollout.lora_mode`: auto is merged on CPU (vLLM's CPU LoRA kernels are slow) and lora on GPUs
+    (its CUDA kernels are fast, and a merge would rewrite the weights at every adapter switch)."""
+    if mode == "auto":
+        import torch
+
+        return "lora" if torch.cuda.is_available() else "merged"
+    if mode not in ("merged", "lora"):
+        raise ValueError(f"unknown rollout.lora_mode {mode!r}; use auto, merged or lora")
+    return mode
 
 
 # --- adapters handed to the engine ----------------------------------------------------------------

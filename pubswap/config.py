@@ -141,6 +141,10 @@ class RolloutConfig:
     enforce_eager: bool | None = None  # None: CUDA graphs on GPU, eager on CPU
     max_num_seqs: int = 0  # 0: every sequence of one rollout call at once (clients x b x K)
     max_num_batched_tokens: int = 0  # 0: vLLM's default on GPU; max(2048, prompt + response) on CPU
+    # how the engine serves a client's adapter: merged into the weights (fast on CPU, where vLLM's LoRA
+    # kernels are slow), vLLM's LoRA kernels (fast on GPUs, several adapters per batch), or auto:
+    # merged on CPU, lora on GPU (actors/merged_lora.py)
+    lora_mode: str = "auto"
     adapter_dir: str = ""  # node-local folder for the adapters handed to the engine; "": /dev/shm, else tmp
 
 
@@ -362,6 +366,8 @@ def validate(cfg: RunConfig) -> None:
 
     r, res = cfg.rollout, cfg.resources
     need(r.backend in ("vllm", "hf"), "rollout.backend", "must be 'vllm' or 'hf'")
+    need(r.lora_mode in ("auto", "merged", "lora"), "rollout.lora_mode",
+         f"must be auto, merged or lora, got {r.lora_mode!r}")
     need(r.kv_cache_gib > 0, "rollout.kv_cache_gib", "must be > 0")
     need(0 < r.gpu_memory_utilization < 1, "rollout.gpu_memory_utilization",
          "must be in (0, 1): the engine's fraction of its actor's GPU share, the trainer gets the rest")
