@@ -16,6 +16,7 @@ engine is pointed at the client's new adapter (saved as a PEFT folder, served un
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -36,9 +37,10 @@ from pubswap.data.rows import Row
 from pubswap.faults import maybe_crash
 from pubswap.grpo import group_advantages, zero_advantage_fraction
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, unflatten
-from pubswap.rewards import in_format, make_reward
+from pubswap.rewards import in_format, make_row_reward
 from pubswap.seeding import derive_seed
 from pubswap.swap import Response
+from pubswap.timing import PhaseTimer
 from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
 
 CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
@@ -53,6 +55,20 @@ def make_deterministic() -> None:
     os.environ["VLLM_BATCH_INVARIANT"] = "1"
     torch.use_deterministic_algorithms(True, warn_only=True)  # an op without a deterministic kernel warns
     torch.backends.cudnn.benchmark = False
+
+
+def timed_call(method):
+    """An actor entry point: its wall time is busy time of the actor's PhaseTimer (pubswap/timing.py)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.timer.call():
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+def as_row(item: Row | tuple[str, str]) -> Row:
+    """A work item: a Row, or a bare (prompt, answer) pair (tests, tools)."""
+    return item if isinstance(item, Row) else Row(prompt=item[0], answer=item[1], topic="")
 
 
 @dataclass
@@ -75,6 +91,7 @@ class ClientCore:
                  engine_gpu_fraction: float | None = None):
         """`engine_gpu_fraction`: vLLM's share of the whole card, from the driver's GPU budget
         (pubswap/gpu_budget.py); None on CPU."""
+        self.timer = PhaseTimer()  # where this actor's time goes (pubswap/timing.py); the driver takes it
         if not shards:
             raise ValueError("a client actor must host at least one client")
         self.cfg: RunConfig = from_dict(cfg)
@@ -97,7 +114,7 @@ class ClientCore:
                                   max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
                                   lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.r)
         self._engine_dtype = DTYPES[c.model.dtype]
-        self.reward_fn = make_reward(c.data.reward, c.data.reward_mode)
+        self.reward_fn = make_row_reward(c.data, c.seed)
         initial = self.trainer.adapter()
         self.clients = {cid: LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer())
                         for cid, rows in sorted(shards.items())}
@@ -125,9 +142,13 @@ class ClientCore:
 
     def _sync_engine(self, cid: int) -> None:
         """Serve client `cid`'s current adapter from the engine (new folder, new LoRA id)."""
+        with self.timer.phase("sync"):
+            self._sync_engine_now(cid)
+
+    def _sync_engine_now(self, cid: int) -> None:
         client = self.clients[cid]
         if getattr(self.engine, "wants_tensors", False):  # a merged engine takes the tensors, no folder
-            self.engine.set_adapter(None, key=cid, tensors=client.adapter)
+            self.engine.set_adapter(None, key=cid, tensors=client.adapter)  # merged at its next rollout
             return
         self._version += 1
         path = save_adapter(self.adapter_dir / f"client_{cid}" / f"adapter_v{self._version}",
@@ -143,6 +164,7 @@ class ClientCore:
             self.trainer.activate(client.adapter, client.optimizer)
             self._active = cid
 
+    @timed_call
     def set_global(self, adapter: Adapter) -> None:
         """Round start: every hosted client takes the global adapter and a fresh optimizer (paper: per round)."""
         self.trainer.set_adapter(adapter, reset_optimizer=True)  # also the anchor of the client penalty
@@ -165,38 +187,44 @@ class ClientCore:
 
     # --- rollouts ----------------------------------------------------------------------------
 
-    def prompt_ids(self, prompt: str) -> tuple[int, ...]:
-        ids = chat_prompt_ids(self.tokenizer, prompt)
+    def prompt_ids(self, row: Row) -> tuple[int, ...]:
+        ids = chat_prompt_ids(self.tokenizer, row.prompt, row.context)
         if len(ids) > self.cfg.model.max_prompt_len:  # the driver drops such rows before the split
             raise ValueError(f"a prompt of {len(ids)} tokens exceeds model.max_prompt_len="
-                             f"{self.cfg.model.max_prompt_len}: {prompt[:80]!r}...")
+                             f"{self.cfg.model.max_prompt_len}: {row.prompt[:80]!r}...")
         return tuple(ids)
 
-    def _rollout(self, requests: Sequence[tuple[int, Sequence[tuple[str, str]]]], n: int, temperature: float,
-                 seed_keys: tuple) -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
-        """One engine call for every (client id, [(prompt, answer), ...]) request; per request the prompt
-        ids and the scored groups. Prompt i of client c is seeded by (seed_keys, c, i)."""
+    def _rollout(self, requests: Sequence[tuple[int, Sequence[Row]]], n: int, temperature: float,
+                 seed_keys: tuple, phase: str = "gen") -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
+        """One engine call for every (client id, [row, ...]) request; per request the prompt ids and the
+        scored groups. Prompt i of client c is seeded by (seed_keys, c, i)."""
         pids, seeds, keys, answers = [], [], [], []
         for cid, batch in requests:
-            for i, (prompt, answer) in enumerate(batch):
-                pids.append(self.prompt_ids(prompt))
+            for i, row in enumerate(batch):
+                row = as_row(row)
+                pids.append(self.prompt_ids(row))
                 seeds.append(derive_seed(self.cfg.seed, *seed_keys, cid, i))
                 keys.append(cid)
-                answers.append(answer)
+                answers.append(row)
         if self.engine.asleep:
             torch.cuda.empty_cache()  # what the trainer cached goes back to the card before the engine wakes
         # the behaviour log-probs travel with public responses only when truncated IS will use them
         want_logprobs = self.cfg.grpo.tis_cap > 0 and seed_keys[0] == "public"
-        outs = self.engine.generate(pids, n=n, temperature=temperature, max_tokens=self.cfg.model.max_response_len,
-                                    seeds=seeds, keys=keys, logprobs=want_logprobs)
+        merge_before = getattr(self.engine, "merge_s", 0.0)
+        with self.timer.phase(phase):
+            outs = self.engine.generate(pids, n=n, temperature=temperature,
+                                        max_tokens=self.cfg.model.max_response_len, seeds=seeds, keys=keys,
+                                        logprobs=want_logprobs)
+        # a merged engine rebuilds its weights for each adapter inside generate: that is adapter sync
+        self.timer.move(getattr(self.engine, "merge_s", 0.0) - merge_before, phase, "sync")
         results, at = [], 0
         for cid, batch in requests:
             groups = []
-            for completions, answer in zip(outs[at:at + len(batch)], answers[at:at + len(batch)]):
+            for completions, row in zip(outs[at:at + len(batch)], answers[at:at + len(batch)]):
                 group = []
                 for c in completions:
                     text = self.tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
-                    reward = self.reward_fn(text, answer)
+                    reward = self.reward_fn(text, row)
                     group.append(Response(text=text, reward=reward, correct=reward > CORRECT_THRESHOLD, origin=cid,
                                           token_ids=tuple(c.token_ids), logprobs=tuple(c.logprobs)))
                 groups.append(group)
@@ -211,10 +239,11 @@ class ClientCore:
                           r.logprobs if r.token_ids else ())
                    for pid, g, row in zip(pids, groups, adv) for r, a in zip(g, row.tolist())]
         t = time.perf_counter()
-        self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
-        self._activate(cid)
-        metrics = self.trainer.step(samples, owner=cid)
-        self.clients[cid].adapter = self.trainer.adapter()
+        with self.timer.phase("train"):
+            self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
+            self._activate(cid)
+            metrics = self.trainer.step(samples, owner=cid)
+            self.clients[cid].adapter = self.trainer.adapter()
         self._sync_engine(cid)
         metrics.update(client=cid, train_s=time.perf_counter() - t, reward_mean=rewards.mean().item(),
                        zero_adv_frac=zero_advantage_fraction(rewards),
@@ -224,6 +253,7 @@ class ClientCore:
 
     # --- the steps ---------------------------------------------------------------------------
 
+    @timed_call
     def private_steps(self, round_idx: int, step: int, cids: Sequence[int] | None = None) -> list[dict]:
         """One private GRPO step for each client in `cids` (default: all hosted), rolled out together."""
         g = self.cfg.grpo
@@ -232,7 +262,7 @@ class ClientCore:
             rows = self.clients[cid].rows
             index = private_steps_before(self.cfg.federation, self.cfg.seed, cid, round_idx, step)
             idx = private_batch(self.cfg.seed, cid, len(rows), g.b, index)  # shuffled epochs, no replacement
-            requests.append((cid, [(rows[i].prompt, rows[i].answer) for i in idx]))
+            requests.append((cid, [rows[i] for i in idx]))
         t = time.perf_counter()
         rolled = self._rollout(requests, g.K, g.temperature, ("rollout", round_idx, step))
         gen_s = time.perf_counter() - t
@@ -242,7 +272,8 @@ class ClientCore:
             out.append({"step": step, "public": False, "gen_s": gen_s, **self._train(cid, pids, groups)})
         return out
 
-    def answer_public(self, batch: Sequence[tuple[str, str]], round_idx: int, step: int,
+    @timed_call
+    def answer_public(self, batch: Sequence[Row], round_idx: int, step: int,
                       cids: Sequence[int] | None = None) -> dict:
         """K responses per public prompt from each client in `cids`: {"responses": {cid: groups}, "gen_s"}."""
         g = self.cfg.grpo
@@ -254,10 +285,11 @@ class ClientCore:
         return {"responses": {cid: groups for cid, (_, groups) in zip(hosted, rolled)},
                 "gen_s": time.perf_counter() - t}
 
-    def public_steps(self, batch: Sequence[tuple[str, str]], groups: Mapping[int, Sequence[Sequence[Response]]],
+    @timed_call
+    def public_steps(self, batch: Sequence[Row], groups: Mapping[int, Sequence[Sequence[Response]]],
                      round_idx: int, step: int) -> list[dict]:
         """One GRPO step per client id in `groups` on the group the server swapped together for it."""
-        pids = [self.prompt_ids(p) for p, _ in batch]
+        pids = [self.prompt_ids(as_row(row)) for row in batch]
         out = []
         for cid in self._hosted(list(groups)):
             maybe_crash("client", round_idx, step, "public_train", cid)
@@ -280,15 +312,16 @@ class ClientCore:
         self.set_global(averaged)
         return drift
 
-    def evaluate(self, rows: Sequence[tuple[str, str]], round_idx: int) -> dict:
+    @timed_call
+    def evaluate(self, rows: Sequence[Row], round_idx: int) -> dict:
         """The global adapter's `eval_n` responses per test prompt (every hosted client holds it after
         set_global/average): {"rewards": per prompt, "in_format": per prompt}."""
         if not rows:
             return {"rewards": [], "in_format": []}
         ((_, groups),) = self._rollout([(self.ids[0], rows)], self.cfg.eval_n, self.cfg.grpo.val_temperature,
-                                       ("eval", round_idx))
+                                       ("eval", round_idx), phase="eval")
         return {"rewards": [[r.reward for r in g] for g in groups],
-                "in_format": [[in_format(r.text, self.cfg.data.reward) for r in g] for g in groups]}
+                "in_format": [[in_format(r.text, self.cfg.data.verifier) for r in g] for g in groups]}
 
     def engine_logprobs(self, token_ids: Sequence[int], cid: int | None = None) -> list[float]:
         return self.engine.prompt_logprobs(token_ids, key=self.ids[0] if cid is None else cid)
@@ -316,6 +349,10 @@ class ClientActor(ClientCore):
         """Remove this actor's node-local adapter folders (called before the actor is killed)."""
         shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
+    def take_timing(self) -> dict[str, float]:
+        """Seconds per phase since the last take (pubswap/timing.py), then reset."""
+        return self.timer.take()
+
     def ping(self) -> tuple[list[int], int]:
         """(hosted client ids, process id): a new pid means the actor was restarted."""
         return self.ids, os.getpid()
@@ -327,6 +364,7 @@ class ClientActor(ClientCore):
         self._group = group_name
         self._flat_device = tensor_device(backend)
 
+    @timed_call
     def allreduce_average(self, weights: Mapping[int, float], round_idx: int = 0) -> dict:
         """The weighted mean of the participants' adapters, via one allreduce among the client actors.
 
@@ -337,9 +375,10 @@ class ClientActor(ClientCore):
 
         for cid in weights:
             maybe_crash("client", round_idx, 0, "average", cid)
-        flat, spec = self.weighted_sum(weights)
-        flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
-        col.allreduce(flat, group_name=self._group)
-        averaged = unflatten(flat.cpu(), spec)
+        with self.timer.phase("avg"):
+            flat, spec = self.weighted_sum(weights)
+            flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
+            col.allreduce(flat, group_name=self._group)
+            averaged = unflatten(flat.cpu(), spec)
         return {"clients": self.finish_average(averaged, weights),
                 "averaged": averaged if col.get_rank(self._group) == 0 else None}

@@ -26,13 +26,13 @@ class ServerActor:
         self.test = list(test)
         self.seen_prompts: set[str] = set()
 
-    def public_batch(self, round_idx: int, step: int) -> list[tuple[str, str]]:
+    def public_batch(self, round_idx: int, step: int) -> list[Row]:
         b = self.cfg.grpo.b
         idx = rng(self.cfg.seed, "public_batch", round_idx, step).choice(len(self.public), size=b,
                                                                           replace=len(self.public) < b)
-        return [(self.public[int(i)].prompt, self.public[int(i)].answer) for i in idx]
+        return [self.public[int(i)] for i in idx]
 
-    def swap(self, round_idx: int, step: int, batch: list[tuple[str, str]], by_actor: list[list[int]],
+    def swap(self, round_idx: int, step: int, batch: list[Row], by_actor: list[list[int]],
              *answers: dict) -> dict:
         """Pool the participants' public responses, apply the method's rule, put each actor's groups.
 
@@ -44,10 +44,10 @@ class ServerActor:
         if cids != sorted(c for ids in by_actor for c in ids):
             raise ValueError(f"answers from clients {cids} do not match the participants {by_actor}")
         public_prompts = {r.prompt for r in self.public}
-        for prompt, _ in batch:
-            if prompt not in public_prompts:
+        for row in batch:
+            if row.prompt not in public_prompts:
                 raise ValueError("swap() was given a prompt that is not in the public set")
-            self.seen_prompts.add(prompt)
+            self.seen_prompts.add(row.prompt)
         pool = [responses[c] for c in cids]
         groups, stats = swap(self.cfg.federation.swap_rule, pool, self.cfg.seed, round_idx, step, client_ids=cids)
         by_client = dict(zip(cids, groups))
@@ -59,9 +59,8 @@ class ServerActor:
                 "swapped_in": stats.swapped_in, "missing_donors": stats.missing_donors, "pool_bytes": text_bytes,
                 "provenance": provenance}
 
-    def test_shards(self, n: int) -> list[list[tuple[str, str]]]:
-        rows = [(r.prompt, r.answer) for r in self.test]
-        return [rows[i::n] for i in range(n)]
+    def test_shards(self, n: int) -> list[list[Row]]:
+        return [self.test[i::n] for i in range(n)]
 
     def get_seen_prompts(self) -> list[str]:
         return sorted(self.seen_prompts)

@@ -97,6 +97,7 @@ class Federation:
                 # memory while it profiles, and a neighbour loading at the same time would skew that
                 gather([self.actors[-1].ping.remote()])
         self.pids: list[int] = []
+        self.calls_s = 0.0  # wall time of the driver's blocking calls (time accounting)
         self._connect()
         self.strategy = make_strategy(f)
         self.sizes = [len(c) for c in split.clients]
@@ -160,10 +161,17 @@ class Federation:
         gather([a.init_collective.remote(n, i, self.backend, self.group) for i, a in enumerate(self.actors)])
 
     def _call(self, refs: Sequence[ray.ObjectRef]) -> list:
+        t = time.perf_counter()
         try:
             return gather(refs)
         except ACTOR_FAILURES as e:
             raise ActorLost(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        finally:
+            self.calls_s += time.perf_counter() - t  # the driver's time spent waiting on actors
+
+    def take_timing(self) -> list[dict[str, float]]:
+        """Each client actor's seconds per phase since the last take (pubswap/timing.py)."""
+        return self._call([a.take_timing.remote() for a in self.actors])
 
     def recover(self, global_adapter: Adapter) -> float:
         """Restart every client actor, re-form the collective group, load `global_adapter`; returns seconds."""

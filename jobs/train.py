@@ -30,6 +30,7 @@ from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
 from pubswap.evaluation import Score
+from pubswap.timing import breakdown, format_breakdown
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.faults import maybe_crash
 from pubswap.lora import Adapter, num_bytes
@@ -46,7 +47,7 @@ def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
     total = f.num_clients * d.per_client + d.public_size + d.test_size
     rows, report = load_source(d, total, cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rows = drop_long_prompts(rows, report, lambda p: len(chat_prompt_ids(tokenizer, p)), cfg.model.max_prompt_len)
+    rows = drop_long_prompts(rows, report, lambda r: len(chat_prompt_ids(tokenizer, r.prompt, r.context)), cfg.model.max_prompt_len)
     if report.total_rejected:
         print(f"data: {report}", flush=True)
     return dirichlet_split(rows, f.num_clients, d.per_client, d.dirichlet_alpha, d.public_size, d.test_size, cfg.seed)
@@ -89,11 +90,9 @@ def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float)
 def _round_record(r: int, parts: list[int], steps: list[dict], avg: list[dict], num_actors: int,
                   adapter_bytes: int) -> dict:
     """The round's metrics; per-client lists are in the order of `parts` (the round's participants)."""
-    gen_s = sum(max(c["gen_s"] for c in st["clients"]) for st in steps)
-    train_s = sum(max(c["train_s"] for c in st["clients"]) for st in steps)
     return {
         "round": r, "participants": parts, "steps": steps, "drift_sq": [a["drift_sq"] for a in avg],
-        "time": {"round_s": 0.0, "gen_s": gen_s, "train_s": train_s, "other_s": 0.0},
+        "time": {},  # run_round fills in the breakdown (pubswap/timing.py)
         # adapters move between actors, not logical clients: a ring allreduce sends 2(A-1)/A of it per actor
         "bytes": {"adapter": adapter_bytes, "broadcast": num_actors * adapter_bytes,
                   "allreduce": 2 * (num_actors - 1) * adapter_bytes,
@@ -109,6 +108,8 @@ def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tup
     round's participants (a seeded subset under partial participation) train and are averaged.
     """
     f = cfg.federation
+    fed.take_timing()  # start the actors' phase timers afresh (set_global, recovery: not this round's)
+    fed.calls_s = 0.0
     t_round = time.perf_counter()
     parts = fed.participants(r)
     steps = []
@@ -121,8 +122,8 @@ def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tup
     record = _round_record(r, parts, steps, avg, len(fed.actors), adapter_bytes)
     if r % cfg.eval_every == 0 or r == f.rounds:
         record.update(eval_record(fed.evaluate(r)))
-    record["time"]["round_s"] = round_s = time.perf_counter() - t_round
-    record["time"]["other_s"] = round_s - record["time"]["gen_s"] - record["time"]["train_s"]
+    actor_times = fed.take_timing()
+    record["time"] = breakdown(actor_times, fed.calls_s, time.perf_counter() - t_round)
     return record, global_adapter
 
 
@@ -230,9 +231,8 @@ def train(cfg: RunConfig) -> dict:
             records.append(record)
             t = record["time"]
             pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
-            print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s (gen {t['gen_s']:.0f}s, train {t['train_s']:.0f}s, "
-                  f"other {t['other_s']:.0f}s) drift {mean(record['drift_sq']):.2e}{pass_txt}; "
-                  f"checkpoint round_{r:04d}", flush=True)
+            print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s, drift {mean(record['drift_sq']):.2e}{pass_txt}; "
+                  f"checkpoint round_{r:04d}\n  {format_breakdown(t)}", flush=True)
     finally:
         fed.shutdown()
     summary = _summary(run_dir, fixed["base_eval"], records, time.perf_counter() - t0)

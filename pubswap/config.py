@@ -32,7 +32,8 @@ class ConfigError(ValueError):
 METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random")
 AGGREGATIONS = ("fedit",)  # further strategies register here as they land
 WEIGHTINGS = ("uniform", "samples")
-REWARDS = ("math", "exact", "choice")
+REWARDS = ("auto", "math", "exact", "choice", "reasoning_gym")
+SOURCE_REWARDS = {"reasoning_gym": "reasoning_gym", "math": "math", "deepmath": "math", "medical": "choice"}
 REWARD_MODES = ("strict", "lenient")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -121,14 +122,22 @@ class DataConfig:
     source: str = "reasoning_gym"  # reasoning_gym | math | deepmath | medical (pubswap/data/sources.py)
     paths: list[str] = field(default_factory=list)  # local files/folders (or hub ids); [] = the hub defaults
     subsample: int = 0  # keep this many rows of the source before splitting (DeepMath in the paper: 20000)
-    tasks: list[str] = field(default_factory=lambda: ["chain_sum", "basic_arithmetic", "simple_equations"])
+    # reasoning-gym tasks: a list of names (their default settings) or {name: {setting: value}}
+    tasks: dict[str, dict] | list[str] = field(default_factory=lambda: ["chain_sum", "basic_arithmetic"])
     per_client: int = 2500
     public_size: int = 1250
     test_size: int = 1250
     dirichlet_alpha: float = 0.3
-    reward: str = "math"
+    # the verifier: auto is the source's own (reasoning_gym: each task's score_answer; math, deepmath:
+    # math-verify; medical: choice); math | exact | choice | reasoning_gym
+    reward: str = "auto"
     reward_mode: str = "strict"  # strict: only the answer in the asked format (\boxed{}) counts; lenient
 
+
+    @property
+    def verifier(self) -> str:
+        """The reward actually used: `reward`, with auto resolved from the source."""
+        return SOURCE_REWARDS.get(self.source, "math") if self.reward == "auto" else self.reward
 
 @dataclass
 class RolloutConfig:
@@ -268,6 +277,12 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
             except ConfigError:
                 pass
         raise ConfigError(f"{key}: {value!r} is not a valid {tp}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        key_tp, value_tp = typing.get_args(tp)
+        return {_coerce(key_tp, k, key): ({} if v is None and value_tp is dict else _coerce(value_tp, v, f"{key}.{k}"))
+                for k, v in value.items()}
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if isinstance(value, str):
@@ -362,6 +377,13 @@ def validate(cfg: RunConfig) -> None:
     need(d.test_size >= 1, "data.test_size", "must be >= 1")
     need(d.dirichlet_alpha > 0, "data.dirichlet_alpha", "must be > 0")
     need(d.reward in REWARDS, "data.reward", f"must be one of {REWARDS}")
+    need(d.reward != "reasoning_gym" or d.source == "reasoning_gym", "data.reward",
+         f"reasoning_gym scores reasoning-gym rows only (data.source is {d.source!r})")
+    if d.source == "reasoning_gym":
+        from pubswap.data.reasoning_gym_tasks import check_tasks
+
+        problem = check_tasks(d.tasks)
+        need(problem is None, "data.tasks", problem or "")
     need(d.reward_mode in REWARD_MODES, "data.reward_mode", f"must be one of {REWARD_MODES}, got {d.reward_mode!r}")
 
     r, res = cfg.rollout, cfg.resources

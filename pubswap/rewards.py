@@ -186,7 +186,7 @@ def in_format(response: str, reward: str) -> bool:
     `choice`), right or wrong: the share of such responses tells format learning from accuracy."""
     if not isinstance(response, str):
         return False
-    if reward == "choice":
+    if reward == "choice":  # every other verifier reads the last \boxed{}
         return boxed_choice(response) is not None
     return last_boxed(response[-MAX_CHARS:]) is not None
 
@@ -196,6 +196,19 @@ REWARDS: dict[str, Callable[..., float]] = {
     "exact": exact_match_reward,
     "choice": choice_reward,
 }
+
+
+def make_row_reward(data, seed: int) -> Callable[..., float]:
+    """reward(response, row) for a run's DataConfig: `data.reward` in `data.reward_mode`; the
+    reasoning_gym reward scores with the row's own task verifier (pubswap/data/reasoning_gym_tasks.py)."""
+    lenient = data.reward_mode == "lenient"
+    if data.verifier == "reasoning_gym":
+        from pubswap.data.reasoning_gym_tasks import ReasoningGymReward
+
+        verifier = ReasoningGymReward(data.tasks, seed, lenient=lenient)
+        return lambda response, row: verifier(response, row.answer, row.ref)
+    fn = make_reward(data.verifier, data.reward_mode)
+    return lambda response, row: fn(response, row.answer)
 
 
 def make_reward(name: str, mode: str = "strict") -> Callable[[str, str], float]:

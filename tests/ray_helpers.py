@@ -21,7 +21,8 @@ def tiny_config(model_dir: Path, run_dir: Path, *overrides: str) -> RunConfig:
         f"model.path={model_dir}", "model.dtype=float32", "model.max_prompt_len=96", "model.max_response_len=6",
         "lora.r=8", "lora.alpha=16", "grpo.K=8", "grpo.b=4", "grpo.lr=1e-3",
         "federation.num_clients=2", "federation.rounds=2", "federation.tau=4", "federation.swap_period=2",
-        "data.tasks=[chain_sum,basic_arithmetic]", "data.per_client=24", "data.public_size=12", "data.test_size=8",
+        "data.tasks={chain_sum: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}, "
+        "basic_arithmetic: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}", "data.per_client=24", "data.public_size=12", "data.test_size=8",
         "rollout.backend=hf", "resources.cpus_per_client=0.5", f"run_dir={run_dir}",
         # the tiny models answer with a bare digit, never a \boxed{}: only the lenient reward credits them,
         # and without rewards there are no advantages, no updates and no swaps to test

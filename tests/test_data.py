@@ -3,7 +3,6 @@ from collections import Counter
 import pytest
 
 from pubswap.data import Row, dirichlet_split, format_histogram, topic_histogram, validate_rows
-from pubswap.data.reasoning_gym_tasks import EASY_TASKS, reasoning_gym_rows
 from pubswap.rewards import math_reward
 
 
@@ -81,15 +80,3 @@ def test_topic_histogram_counts():
     assert table.splitlines()[1].split()[-1] == "100"
 
 
-def test_reasoning_gym_rows_are_seeded_and_verifiable():
-    tasks = list(EASY_TASKS)
-    data, report = reasoning_gym_rows(tasks, size_per_task=20, seed=0)
-    assert report.total_rejected == 0 and len(data) == 20 * len(tasks)
-    assert Counter(r.topic for r in data) == {t: 20 for t in tasks}
-    assert reasoning_gym_rows(tasks, 20, seed=0)[0] == data
-    assert reasoning_gym_rows(tasks, 20, seed=1)[0] != data
-    assert all("\\boxed{}" in r.prompt for r in data)
-    # the gold answer, boxed, earns reward 1 under the math reward used for these tasks
-    assert all(math_reward(f"\\boxed{{{r.answer}}}", r.answer) == 1.0 for r in data)
-    with pytest.raises(ValueError, match="unknown reasoning-gym task"):
-        reasoning_gym_rows(["nope"], 5, 0)

@@ -6,6 +6,7 @@ responses, and per-round metrics and adapters were written.
 """
 
 import json
+import time
 
 import pytest
 import ray
@@ -27,8 +28,32 @@ def public_steps(record):
     return [st["step"] for st in record["steps"] if st["public"]]
 
 
+def check_time_accounting(record: dict, measured_s: float) -> None:
+    """Each actor's phases + its waiting + the driver's own time add up to the round's wall time,
+    measured from outside the driver (within 1%); no part is negative."""
+    t = record["time"]
+    assert len(t["actors"]) == 2 and t["driver_s"] >= 0 and t["calls_s"] > 0
+    for parts in t["actors"]:
+        assert set(parts) == {"gen", "sync", "train", "eval", "avg", "other", "wait"}
+        assert all(v >= 0 for v in parts.values()), parts
+        assert parts["gen"] > 0 and parts["train"] > 0 and parts["avg"] > 0 and parts["eval"] > 0
+        assert sum(parts.values()) + t["driver_s"] == pytest.approx(measured_s, rel=0.01)
+
+
 @pytest.mark.parametrize("method", ["fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random"])
-def test_round_protocol(method, local_ray, digit_model_dir, tmp_path):
+def test_round_protocol(method, local_ray, digit_model_dir, tmp_path, monkeypatch):
+    import jobs.train as driver
+
+    measured = []
+    real_round = driver.run_round
+
+    def timed_round(*args, **kwargs):  # the round's wall time, from outside run_round
+        t = time.perf_counter()
+        out = real_round(*args, **kwargs)
+        measured.append(time.perf_counter() - t)
+        return out
+
+    monkeypatch.setattr(driver, "run_round", timed_round)
     cfg = tiny_config(digit_model_dir, tmp_path / method, f"federation.method={method}", "federation.fedprox_mu=0.5",
                       "model.max_response_len=1")
     summary = train(cfg)
@@ -36,7 +61,8 @@ def test_round_protocol(method, local_ray, digit_model_dir, tmp_path):
     assert [r["round"] for r in records] == [1, 2]
     expected_public = [2, 4] if method.startswith("pubswap") else []
     total_swapped = 0
-    for rec in records:
+    for rec, wall in zip(records, measured, strict=True):
+        check_time_accounting(rec, wall)
         assert public_steps(rec) == expected_public
         assert [st["step"] for st in rec["steps"]] == [1, 2, 3, 4]
         assert "pass@1" in rec and 0.0 <= rec["pass@1"] <= 1.0

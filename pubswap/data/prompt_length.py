@@ -13,19 +13,20 @@ from collections.abc import Callable, Sequence
 from pubswap.data.rows import Row, RowReport
 
 
-def chat_prompt_ids(tokenizer, prompt: str) -> list[int]:
-    """Token ids of `prompt` as the user turn of the chat template, ending with the assistant's prompt."""
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                        tokenize=True, return_dict=False)
+def chat_prompt_ids(tokenizer, prompt: str, context: Sequence[dict] = ()) -> list[int]:
+    """Token ids of `prompt` as the user turn of the chat template after the `context` turns (a one-shot
+    example), ending with the assistant's prompt."""
+    messages = [*({"role": m["role"], "content": m["content"]} for m in context), {"role": "user", "content": prompt}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     return list(ids["input_ids"] if isinstance(ids, dict) else ids)
 
 
-def drop_long_prompts(rows: Sequence[Row], report: RowReport, count_tokens: Callable[[str], int],
+def drop_long_prompts(rows: Sequence[Row], report: RowReport, count_tokens: Callable[[Row], int],
                       max_len: int) -> list[Row]:
-    """The rows whose prompt has at most `max_len` tokens; the others are counted in `report`."""
+    """The rows whose prompt (with its context) has at most `max_len` tokens; the others are counted."""
     kept = []
     for i, row in enumerate(rows):
-        if count_tokens(row.prompt) <= max_len:
+        if count_tokens(row) <= max_len:
             kept.append(row)
             continue
         report.rejected["prompt_too_long"] += 1

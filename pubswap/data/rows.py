@@ -12,6 +12,11 @@ class Row:
     prompt: str
     answer: str
     topic: str
+    ref: str = ""  # where the row came from, for verifiers that need the source entry (reasoning-gym)
+    context: tuple = ()  # chat turns shown before the prompt (a one-shot example), as {"role", "content"}
+
+    def as_pair(self) -> tuple[str, str]:
+        return self.prompt, self.answer
 
 
 @dataclass
@@ -68,7 +73,8 @@ def validate_rows(raw: Iterable[Mapping], default_topic: str | None = None) -> t
         elif not topic and not default_topic:
             reject("missing_topic", i)
         else:
-            rows.append(Row(prompt=prompt, answer=answer, topic=topic or default_topic))
+            rows.append(Row(prompt=prompt, answer=answer, topic=topic or default_topic, ref=str(item.get("ref") or ""),
+                            context=tuple(item.get("context") or ())))
     report.kept = len(rows)
     return rows, report
 

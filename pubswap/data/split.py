@@ -41,7 +41,8 @@ class FederatedSplit:
                            ("test", self.test)]:
             h.update(f"[{name}:{len(part)}]".encode())
             for r in part:
-                h.update(json.dumps([r.prompt, r.answer, r.topic]).encode())
+                extra = [r.ref, list(r.context)] if r.ref or r.context else []  # older rows hash as before
+                h.update(json.dumps([r.prompt, r.answer, r.topic, *extra]).encode())
         return h.hexdigest()
 
 
