@@ -57,6 +57,19 @@ def make_deterministic() -> None:
     torch.backends.cudnn.benchmark = False
 
 
+def bind_engine_cores(slot: int, cpus: float) -> None:
+    """On CPU, vLLM's engine binds its threads to cores; with its default ("auto") every engine on a node
+    takes the same first core, so two actors' engines share one core while the others idle. Give actor
+    `slot` its own int(cpus) cores (wrapping around the cores this process may use), unless the user set
+    VLLM_CPU_OMP_THREADS_BIND."""
+    if "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
+        return
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    n = max(1, min(int(cpus), len(allowed)))
+    start = slot * n
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(allowed[(start + k) % len(allowed)]) for k in range(n))
+
+
 def timed_call(method):
     """An actor entry point: its wall time is busy time of the actor's PhaseTimer (pubswap/timing.py)."""
     @functools.wraps(method)
@@ -88,9 +101,10 @@ class ClientCore:
     """
 
     def __init__(self, cfg: dict, shards: Mapping[int, Sequence[Row]], model_dir: str,
-                 engine_gpu_fraction: float | None = None):
+                 engine_gpu_fraction: float | None = None, slot: int = 0):
         """`engine_gpu_fraction`: vLLM's share of the whole card, from the driver's GPU budget
-        (pubswap/gpu_budget.py); None on CPU."""
+        (pubswap/gpu_budget.py); None on CPU. `slot`: this actor's index, which picks the CPU cores its
+        engine binds to on a CPU-only node."""
         self.timer = PhaseTimer()  # where this actor's time goes (pubswap/timing.py); the driver takes it
         if not shards:
             raise ValueError("a client actor must host at least one client")
@@ -104,12 +118,14 @@ class ClientCore:
                                             strategy=make_strategy(c.federation), seed=c.seed)
         self.tokenizer = self.trainer.tokenizer
         r = c.rollout
+        if not torch.cuda.is_available():
+            bind_engine_cores(slot, c.resources.cpus_per_client)
         self.engine = make_engine(r.backend, model_dir, lora_rank=c.lora.r,
                                   max_model_len=c.model.max_prompt_len + c.model.max_response_len,
                                   dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
                                   kv_cache_gib=r.kv_cache_gib,
                                   gpu_memory_utilization=engine_gpu_fraction or r.gpu_memory_utilization,
-                                  max_num_seqs=r.max_num_seqs or max(16, len(shards) * c.grpo.b * c.grpo.K),
+                                  max_num_seqs=r.max_num_seqs or self._default_max_num_seqs(len(shards)),
                                   max_loras=len(shards), enforce_eager=r.enforce_eager,
                                   max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
                                   lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.r)
@@ -122,6 +138,13 @@ class ClientCore:
         self._active: int | None = None  # whose weights the trainer holds
         for cid in self.clients:
             self._sync_engine(cid)
+
+    def _default_max_num_seqs(self, hosted: int) -> int:
+        """Every sequence of one engine call at once: a step's rollouts of all hosted clients, or this
+        actor's share of an evaluation (test prompts / actors x eval_n), whichever is larger."""
+        c = self.cfg
+        actors = c.resources.num_actors or c.federation.num_clients
+        return max(16, hosted * c.grpo.b * c.grpo.K, -(-c.data.test_size // actors) * c.eval_n)
 
     def _train_dtype(self) -> str:
         return self.cfg.model.dtype if torch.cuda.is_available() else "float32"
@@ -187,7 +210,8 @@ class ClientCore:
 
     # --- rollouts ----------------------------------------------------------------------------
 
-    def prompt_ids(self, row: Row) -> tuple[int, ...]:
+    def prompt_ids(self, row: Row | str) -> tuple[int, ...]:
+        row = Row(row, "", "") if isinstance(row, str) else row
         ids = chat_prompt_ids(self.tokenizer, row.prompt, row.context)
         if len(ids) > self.cfg.model.max_prompt_len:  # the driver drops such rows before the split
             raise ValueError(f"a prompt of {len(ids)} tokens exceeds model.max_prompt_len="
@@ -245,7 +269,14 @@ class ClientCore:
             metrics = self.trainer.step(samples, owner=cid)
             self.clients[cid].adapter = self.trainer.adapter()
         self._sync_engine(cid)
+        lengths = [len(r.token_ids) for g in groups for r in g]
+        eos = self.tokenizer.eos_token_id
+        clipped = [n >= self.cfg.model.max_response_len and r.token_ids[-1:] != (eos,) for g in groups for r, n in
+                   zip(g, (len(x.token_ids) for x in g))]
         metrics.update(client=cid, train_s=time.perf_counter() - t, reward_mean=rewards.mean().item(),
+                       reward_std=rewards.std(unbiased=False).item(),
+                       response_length_mean=sum(lengths) / max(1, len(lengths)),
+                       response_clip_ratio=sum(clipped) / max(1, len(clipped)),
                        zero_adv_frac=zero_advantage_fraction(rewards),
                        off_policy=sum(s.origin != cid for s in samples),
                        response_tokens=sum(len(s.response_ids) for s in samples))

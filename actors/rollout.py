@@ -54,7 +54,8 @@ class VLLMEngine:
 
         kwargs = dict(model=model_dir, dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
                       # sampled tokens' log-probs after temperature: the behaviour policy of truncated IS
-                      logprobs_mode="processed_logprobs")
+                      logprobs_mode="processed_logprobs",
+                      use_tqdm_on_load=os.environ.get("TQDM_DISABLE", "") in ("", "0"))  # quiet console
         if merged:
             kwargs["worker_extension_cls"] = "actors.merged_lora.MergedLoRAExtension"
         else:

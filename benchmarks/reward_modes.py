@@ -35,7 +35,9 @@ def main() -> None:
     from pubswap.data.prompt_length import chat_prompt_ids
     from pubswap.evaluation import score
     from pubswap.models import resolve_model
-    from pubswap.rewards import in_format, make_reward
+    from dataclasses import replace
+
+    from pubswap.rewards import in_format, make_row_reward
     from pubswap.seeding import derive_seed
     from transformers import AutoTokenizer
 
@@ -44,20 +46,20 @@ def main() -> None:
     split = build_split(cfg, model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     engine = VLLMEngine(model_dir, cfg.lora.r, cfg.model.max_prompt_len + cfg.model.max_response_len,
-                        cfg.model.dtype, cfg.seed, max_num_seqs=64)
-    pids = [chat_prompt_ids(tok, r.prompt) for r in split.test]
+                        cfg.model.dtype, cfg.seed, max_num_seqs=64, merged=True)
+    pids = [chat_prompt_ids(tok, r.prompt, r.context) for r in split.test]
     seeds = [derive_seed(cfg.seed, "eval", 0, 0, i) for i in range(len(pids))]
     outs = engine.generate(pids, n=1, temperature=cfg.grpo.val_temperature, max_tokens=cfg.model.max_response_len,
                            seeds=seeds)
     texts = [tok.decode(list(o[0].token_ids), skip_special_tokens=True) for o in outs]
-    rewards = {m: make_reward(cfg.data.reward, m) for m in ("strict", "lenient")}
+    rewards = {m: make_row_reward(replace(cfg.data, reward_mode=m), cfg.seed) for m in ("strict", "lenient")}
     by_task: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for row, text in zip(split.test, texts):
         for key in ("all", row.topic):
             for mode, fn in rewards.items():
-                by_task[key][mode].append([fn(text, row.answer)])
-                by_task[key][f"echo_{mode}"].append([fn(row.prompt.split("\n")[0], row.answer)])
-            by_task[key]["format"].append([in_format(text, cfg.data.reward)])
+                by_task[key][mode].append([fn(text, row)])
+                by_task[key][f"echo_{mode}"].append([fn(row.prompt.split("\n")[0], row)])
+            by_task[key]["format"].append([in_format(text, cfg.data.verifier)])
     print(f"{len(texts)} test prompts, 1 response each at T={cfg.grpo.val_temperature}, "
           f"max {cfg.model.max_response_len} tokens, model {cfg.model.path}")
     print(f"{'task':<18} {'n':>4} {'strict':>14} {'lenient':>14} {'boxed':>6} {'echo strict':>12} {'echo lenient':>13}")

@@ -91,7 +91,7 @@ class Federation:
         for a, cids in enumerate(self.assignment):
             self.actors.append(ClientActor.options(
                 num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(self.pg, a)
-            ).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, engine_fraction))
+            ).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, engine_fraction, a))
             if 0 < gpus < 1:
                 # actors sharing a card start one after another: vLLM sizes its KV cache from the card's
                 # memory while it profiles, and a neighbour loading at the same time would skew that

@@ -1,6 +1,10 @@
 """Results table: finished runs' pass@1 (final and best checkpoint) next to the paper's numbers.
 
     python -m jobs.report runs/paper/*            # any run directories (paper cells or not)
+    python -m jobs.report runs/a runs/b --plot cmp.png
+
+It also draws the runs side by side into a PNG (default report.png): pass@1 per round with error
+bars and the mean training reward per round, one line per run, labelled by run, method and tau.
 
 A run is matched to a paper cell by its config (model, dataset, alpha, method, tau, swap period);
 runs that match no cell are listed with the paper columns empty. Numbers are percentages. "best" is
@@ -65,12 +69,27 @@ def table(run_dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def run_curve(run_dir: Path):
+    """The run's pass@1 and reward per round, for the plot."""
+    from pubswap.metrics_log import read_records
+    from pubswap.plots import curve, label_of
+
+    cfg = json.loads((run_dir / "config.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    base = {"pass@1": summary["base_pass@1"], "pass@1_se": summary.get("base_pass@1_se")}
+    return curve(label_of(cfg, run_dir.name), base, read_records(run_dir / "metrics.jsonl"))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dirs", nargs="+", type=Path)
+    ap.add_argument("--plot", type=Path, default=Path("report.png"), help="PNG to draw the runs into")
     args = ap.parse_args(argv)
     try:
         print(table(args.run_dirs))
+        from pubswap.plots import plot
+
+        print(f"plot: {plot([run_curve(d) for d in args.run_dirs], args.plot)}")
     except FileNotFoundError as e:
         print(f"report: {e}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from jobs.console import actor_env, progress, quiet_driver
 from pubswap import metrics_log
 from pubswap.checkpoint import (Checkpoint, ResumeError, latest_checkpoint, round_dir, save_checkpoint, verify,
                                 write_text_atomic)
@@ -30,6 +31,8 @@ from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
 from pubswap.evaluation import Score
+from pubswap.loggers import RunLogger
+from pubswap.plots import curve, label_of, plot
 from pubswap.timing import breakdown, format_breakdown
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.faults import maybe_crash
@@ -60,16 +63,18 @@ def init_ray() -> None:
         return
     defaults = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1",
                 # fewer glibc malloc arenas: multi-threaded torch processes hold less idle RSS
-                "MALLOC_ARENA_MAX": "2"}
+                "MALLOC_ARENA_MAX": "2", **actor_env()}
+    level = quiet_driver()
     if os.environ.get("RAY_ADDRESS"):
         # inside `ray job submit` (or a user-chosen cluster): what the job's runtime_env sets is in our
         # environment already, and Ray refuses to merge a key set twice, so add only the others
-        ray.init(runtime_env={"env_vars": {k: v for k, v in defaults.items() if k not in os.environ}})
+        ray.init(runtime_env={"env_vars": {k: v for k, v in defaults.items() if k not in os.environ}},
+                 logging_level=level)
     else:
         env_vars = {k: os.environ.get(k, v) for k, v in defaults.items()}
         if os.environ.get(FAULT_ENV):  # a fault drill: the actors must see the spec file too
             env_vars[FAULT_ENV] = os.environ[FAULT_ENV]
-        ray.init(runtime_env={"env_vars": env_vars}, include_dashboard=False)
+        ray.init(runtime_env={"env_vars": env_vars}, include_dashboard=False, logging_level=level)
 
 
 def mean(xs) -> float:
@@ -113,11 +118,14 @@ def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tup
     t_round = time.perf_counter()
     parts = fed.participants(r)
     steps = []
-    for s in range(1, f.tau + 1):
-        maybe_crash("driver", r, s, "step")
-        out = fed.public_step(r, s, parts) if f.is_public_step(s) else fed.private_step(r, s, parts)
-        steps.append(out)
-        print(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0), flush=True)
+    with progress(f.tau, f"round {r}/{f.rounds}") as bar:
+        for s in range(1, f.tau + 1):
+            maybe_crash("driver", r, s, "step")
+            out = fed.public_step(r, s, parts) if f.is_public_step(s) else fed.private_step(r, s, parts)
+            steps.append(out)
+            bar.write(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0))
+            sys.stdout.flush()
+            bar.update()
     global_adapter, avg = fed.average(r, parts)
     record = _round_record(r, parts, steps, avg, len(fed.actors), adapter_bytes)
     if r % cfg.eval_every == 0 or r == f.rounds:
@@ -157,6 +165,10 @@ def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dic
                "eval_prompts": final.get("eval_prompts"), "eval_n": final.get("eval_n"),
                "final_format_rate": final.get("format_rate"),
                "rounds": len(records), "run_dir": str(run_dir), "wall_s": wall}
+    if base.get("pass@1_se") is not None and final.get("pass@1_se") is not None:
+        # independent samples of test responses: the SE of the difference adds in quadrature
+        summary["change"] = final["pass@1"] - base["pass@1"]
+        summary["change_se"] = (base["pass@1_se"] ** 2 + final["pass@1_se"] ** 2) ** 0.5
     write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
 
@@ -188,6 +200,7 @@ def train(cfg: RunConfig) -> dict:
           f"{format_histogram(split)}", flush=True)
 
     init_ray()
+    logger: RunLogger | None = None
     fed = Federation(cfg, split, model_dir, str(run_dir))
     try:
         lora_config = fed.lora_config()
@@ -211,6 +224,8 @@ def train(cfg: RunConfig) -> dict:
             print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
                   f"{len(records)} rounds of metrics kept", flush=True)
         adapter_bytes = num_bytes(global_adapter)
+        logger = RunLogger(run_dir, cfg.logger, f.tau, cfg.to_dict(), records)
+        plot_path = run_dir / "progress.png"
         for r in range(start, f.rounds + 1):
             for attempt in range(ft.max_round_retries + 1):
                 try:
@@ -229,16 +244,25 @@ def train(cfg: RunConfig) -> dict:
             metrics_log.append_record(metrics_path, record)
             save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record})
             records.append(record)
+            logger.log_round(record)
+            plot([curve(label_of(cfg.to_dict()), fixed["base_eval"], records)], plot_path, title=str(run_dir.name))
             t = record["time"]
             pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
             print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s, drift {mean(record['drift_sq']):.2e}{pass_txt}; "
                   f"checkpoint round_{r:04d}\n  {format_breakdown(t)}", flush=True)
     finally:
         fed.shutdown()
+        if logger is not None:
+            logger.close()
     summary = _summary(run_dir, fixed["base_eval"], records, time.perf_counter() - t0)
     print(f"base pass@1 {_pm(summary, 'base')} -> final pass@1 {_pm(summary, 'final')} "
           f"(SE over {summary['eval_prompts']} test prompts) in {summary['wall_s']:.0f}s; run dir {run_dir}",
           flush=True)
+    if summary.get("change_se"):
+        print(f"pass@1 changed by {summary['change']:+.3f} ± {summary['change_se']:.3f} "
+              f"({summary['change'] / summary['change_se']:+.1f} standard errors of the difference): "
+              f"{'a significant rise (>= 2 SE)' if summary['change'] >= 2 * summary['change_se'] else 'within noise (< 2 SE)'}",
+              flush=True)
     return summary
 
 

@@ -22,6 +22,7 @@ import yaml
 
 from pubswap.data.sources import PATHS_PER_SOURCE, SOURCES
 from pubswap.hub import is_hub_id
+from pubswap.loggers import LOGGERS
 from pubswap.models import BUILTIN_PREFIX, BUILTINS, is_builtin
 
 
@@ -189,6 +190,9 @@ class RunConfig:
     eval_n: int = 1  # responses per test prompt: pass@1 is their mean (mean@n), with its standard error
     # GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see README)
     deterministic: bool = False
+    # where metrics go besides metrics.jsonl: console, tensorboard (run_dir/tensorboard), wandb (optional,
+    # needs `pip install wandb`); pubswap/loggers.py
+    logger: list[str] = field(default_factory=lambda: ["console", "tensorboard"])
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -410,6 +414,13 @@ def validate(cfg: RunConfig) -> None:
          "resources.collective_backend", "nccl needs GPUs (resources.gpus_per_client > 0); use gloo on CPUs")
     need(cfg.eval_every >= 1, "eval_every", "must be >= 1")
     need(cfg.eval_n >= 1, "eval_n", "must be >= 1")
+    unknown = [x for x in cfg.logger if x not in LOGGERS]
+    need(not unknown, "logger", f"unknown logger(s) {unknown}; known: {list(LOGGERS)}")
+    if "wandb" in cfg.logger:
+        import importlib.util
+
+        need(importlib.util.find_spec("wandb") is not None, "logger",
+             "wandb is listed but not installed (`pip install wandb`, or drop it from logger)")
     ft = cfg.fault_tolerance
     need(ft.max_round_retries >= 0, "fault_tolerance.max_round_retries", "must be >= 0")
     need(ft.restart_timeout_s > 0, "fault_tolerance.restart_timeout_s", "must be > 0")
@@ -420,7 +431,7 @@ def validate(cfg: RunConfig) -> None:
 
 # What a resumed run may change: where and how it runs, how far, how often it evaluates. Everything
 # else (model, data, method, clients, seeds, hyperparameters, rollout backend) would change the result.
-RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.",
+RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.", "logger",
                   "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.sleep_mode",
                   "rollout.enforce_eager", "rollout.max_num_seqs", "rollout.max_num_batched_tokens",
                   "rollout.adapter_dir", "deterministic",

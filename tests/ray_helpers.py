@@ -78,3 +78,12 @@ def ray_cli() -> str:
 
     exe = Path(sys.executable).with_name("ray")
     return str(exe) if exe.exists() else shutil.which("ray")
+
+
+def tb_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in run_dir/tensorboard, as {tag: [(step, value), ...]} in file order."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(Path(run_dir) / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}

@@ -15,11 +15,14 @@ from ray_helpers import RAY_ENV, tiny_config
 pytest.importorskip("vllm")
 
 
-@pytest.fixture(scope="module")
-def client(tiny_model_dir, tmp_path_factory):
+@pytest.fixture(scope="module", params=["merged", "lora"])
+def client(request, tiny_model_dir, tmp_path_factory):
+    """One client actor per way of serving the adapter: merged into the weights (the CPU default) and
+    vLLM's LoRA kernels (the GPU default)."""
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
     run_dir = tmp_path_factory.mktemp("vllm_client")
     cfg = tiny_config(tiny_model_dir, run_dir, "rollout.backend=vllm", "federation.num_clients=1",
+                      f"rollout.lora_mode={request.param}",
                       "grpo.lr=0.05", "grpo.kl_coef=0.0", "grpo.tis_cap=2.0")
     rows = [Row(f"Calculate {a} + {b}.", str(a + b), "add") for a in range(4) for b in range(4)]
     actor = ClientActor.options(num_cpus=0.5).remote(cfg.to_dict(), {0: rows}, str(tiny_model_dir))

@@ -19,7 +19,7 @@ from jobs.train import train
 from pubswap.checkpoint import ResumeError
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import WEIGHTS_NAME, read_adapter
-from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, step_rewards
+from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, step_rewards, tb_scalars
 
 def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, digit_model_dir, tmp_path):
     cfg = ft_config(digit_model_dir, tmp_path / "run")
@@ -29,12 +29,21 @@ def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, d
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert "round 2/2 step 1/3" in killed.stdout and "round 2/2 step 2/3" not in killed.stdout
     assert [r["round"] for r in metrics(cfg.run_dir)] == [1]
+    assert [s for s, _ in tb_scalars(cfg.run_dir)["critic/rewards/mean"]] == [1, 2, 3]  # round 1 was logged
     resumed = run_driver(cfg)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming after round 1" in resumed.stdout and "round 1/2 step" not in resumed.stdout
     assert [r["round"] for r in metrics(cfg.run_dir)] == [1, 2]
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
     assert step_rewards(cfg.run_dir) == step_rewards(ft_reference)
+    # TensorBoard continues across the resume with every step once, as in the uninterrupted run
+    got, ref = tb_scalars(cfg.run_dir), tb_scalars(ft_reference)
+    assert set(got) == set(ref) and "val/pass@1" in got and "client_1/actor/grad_norm" in got
+    for tag, points in got.items():
+        assert [s for s, _ in points] == [s for s, _ in ref[tag]], tag  # no duplicate, none missing
+    assert [s for s, _ in got["critic/rewards/mean"]] == [1, 2, 3, 4, 5, 6]
+    for tag in ("critic/rewards/mean", "client_0/critic/rewards/mean", "fed/swapped_in", "val/pass@1"):
+        assert got[tag] == ref[tag], tag
 
 
 def test_truncated_latest_checkpoint_is_skipped_and_the_round_redone(ft_reference, digit_model_dir, tmp_path):
