@@ -7,7 +7,8 @@ Three vLLM engines, one after another in this process (one at a time: 2 cores), 
   base    the plain model (no LoRA support compiled in), no adapter;
   lora    vLLM's LoRA path (enable_lora, the adapter as a LoRARequest);
   merged  the adapter merged into the weights (actors/merged_lora.py; rollout.lora_mode=merged).
-The adapter is random (B != 0, so it changes the outputs). Each engine generates once to warm up,
+The base model is measured first and again last (their spread is the measurement's noise). The
+adapter is random (B != 0, so it changes the outputs). Each engine generates once to warm up,
 then --reps times; tokens/s is generated tokens over the median wall time. The merged engine's
 time per adapter switch (weight rebuild) is measured separately. Correctness: the adapter's per-token
 log-probs of one fixed sequence under the lora and merged engines and the PEFT trainer are printed
@@ -66,10 +67,10 @@ def main() -> None:
           f"median of {args.reps}, torch threads {torch.get_num_threads()}", flush=True)
 
     results, logprobs = {}, {}
-    for name in ("base", "lora", "merged"):
+    for name in ("base", "lora", "merged", "base again"):  # the base model first and last: drift shows
         engine = VLLMEngine(model_dir, args.r, 512, args.dtype, 0, max_num_seqs=seqs, merged=name != "lora",
                             lora_scale=lora.alpha / lora.r)
-        engine.set_adapter(None if name == "base" else str(folder), key=0)
+        engine.set_adapter(None if name.startswith("base") else str(folder), key=0)
 
         def run():
             t = time.perf_counter()
@@ -80,7 +81,7 @@ def main() -> None:
         run()
         times, tokens = zip(*(run() for _ in range(args.reps)))
         results[name] = tokens[0] / statistics.median(times)
-        if name != "base":
+        if name in ("lora", "merged"):
             logprobs[name] = engine.prompt_logprobs(check, key=0)
         if name == "merged":
             switch = []
@@ -90,13 +91,14 @@ def main() -> None:
                 engine._load_merged(0)
                 switch.append(engine.merge_s - t0)
             results["switch_s"] = statistics.median(switch)
-        print(f"  {name:<7} {results[name]:7.1f} tok/s", flush=True)
+        print(f"  {name:<10} {results[name]:7.1f} tok/s", flush=True)
         del engine
         gc.collect()
 
     trainer_lp = trainer.response_logprobs([Sample(tuple(check[:1]), tuple(check[1:]), 0.0)], 1.0)[0].tolist()
-    print(f"\nlora   / base: {results['lora'] / results['base']:.2f}x")
-    print(f"merged / base: {results['merged'] / results['base']:.2f}x")
+    base = (results["base"] + results["base again"]) / 2
+    print(f"\nlora   / base: {results['lora'] / base:.2f}x   (base: the mean of its two measurements)")
+    print(f"merged / base: {results['merged'] / base:.2f}x")
     print(f"merged: one adapter switch (weight rebuild) {results['switch_s']:.3f} s")
     for name in ("lora", "merged"):
         diff = max(abs(a - b) for a, b in zip(logprobs[name], trainer_lp))

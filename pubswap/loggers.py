@@ -54,8 +54,7 @@ def step_scalars(step: dict) -> dict[str, float]:
         out["perf/throughput"] = tokens / wall
     if step.get("public"):
         out["fed/swapped_in"] = sum(step.get("swapped_in", []))
-        out["fed/missing_donors"] = float(step.get("missing_donors", 0) if not isinstance(step.get("missing_donors"), list)
-                                          else sum(step["missing_donors"]))
+        out["fed/missing_donors"] = float(sum(step.get("missing_donors") or []))  # per client in the record
     return out
 
 
