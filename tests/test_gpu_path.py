@@ -159,7 +159,7 @@ def test_a_gpu_run_that_cannot_start_says_why_in_one_line(fake_gpu_head, tiny_mo
     env = {**os.environ, "RAY_ADDRESS": fake_gpu_head, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-m", "jobs.train", f"model.path={tiny_model_dir}", "model.dtype=float32",
-         "model.max_prompt_len=64", "model.max_response_len=4", "lora.r=8", "lora.alpha=16", "grpo.K=2", "grpo.b=1",
+         "model.max_prompt_len=256", "model.max_response_len=4", "lora.r=8", "lora.alpha=16", "grpo.K=2", "grpo.b=1",
          "federation.num_clients=2", "federation.rounds=1", "federation.tau=3", "data.tasks=[chain_sum]",
          "data.per_client=4", "data.public_size=2", "data.test_size=2", "rollout.backend=hf",
          "resources.gpus_per_client=0.5", "resources.cpus_per_client=0.5", f"resources.collective_backend={backend}",
