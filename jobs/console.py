@@ -21,6 +21,7 @@ QUIET_ENV = {
     "PYTHONWARNINGS": "ignore",
     "TQDM_DISABLE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "RAY_DEDUP_LOGS": "1",
 }
 
@@ -38,8 +39,15 @@ def quiet_driver() -> int:
     """Quiet the driver's own libraries; returns the logging level for ray.init."""
     if verbose():
         return logging.INFO
-    for key in ("TRANSFORMERS_VERBOSITY", "TORCH_CPP_LOG_LEVEL", "HF_HUB_DISABLE_PROGRESS_BARS"):
+    for key in ("TRANSFORMERS_VERBOSITY", "TORCH_CPP_LOG_LEVEL", "HF_HUB_DISABLE_PROGRESS_BARS",
+                "HF_DATASETS_DISABLE_PROGRESS_BARS"):
         os.environ.setdefault(key, QUIET_ENV[key])
+    try:  # read at import: if datasets is loaded already, switch its bars off directly
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
+    except ImportError:
+        pass
     import warnings
 
     warnings.filterwarnings("ignore", category=FutureWarning)

@@ -180,7 +180,6 @@ def train(cfg: RunConfig) -> dict:
     t0 = time.perf_counter()
     f, ft = cfg.federation, cfg.fault_tolerance
     run_dir = Path(cfg.run_dir).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
     ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
     ckpt = _resume_point(cfg, ckpt_dir)
     if ckpt is not None and ckpt.round >= f.rounds:
@@ -189,13 +188,15 @@ def train(cfg: RunConfig) -> dict:
         if (run_dir / "summary.json").is_file():
             return json.loads((run_dir / "summary.json").read_text())
         return _summary(run_dir, _base_eval(ckpt.state), read_records(metrics_path)[: ckpt.round], 0.0)
-    write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    # everything that can reject the input (model, data files, the split) runs before run_dir is touched
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
     fingerprint = split.fingerprint()
     if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
         raise ResumeError(f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
                           "a changed dataset or task generator); refusing to resume")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
     print(f"run dir: {run_dir}\nmodel: {model_dir}\nclient topic split (Dirichlet alpha={cfg.data.dirichlet_alpha}):\n"
           f"{format_histogram(split)}", flush=True)
 
@@ -285,12 +286,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default=None, help="YAML config file")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. federation.tau=4")
     args = parser.parse_args(argv)
+    quiet_driver()
     try:
         cfg = load_config(args.config, args.overrides)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     from actors.collective import CollectiveSetupError
+    from pubswap.data.rows import DataError
     from placement import PlacementError
     from pubswap.gpu_budget import GpuBudgetError
 
@@ -298,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
         train(cfg)
     except ResumeError as e:
         print(f"cannot resume: {e}", file=sys.stderr)
+        return 2
+    except DataError as e:
+        print(f"data error: {e}", file=sys.stderr)
         return 2
     except (PlacementError, GpuBudgetError, CollectiveSetupError) as e:
         print(f"cannot start: {e}", file=sys.stderr)

@@ -12,9 +12,49 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pubswap.data.rows import DataError
 from pubswap.hub import is_hub_id
 
 SUFFIXES = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}
+
+
+class DataFileError(DataError):
+    """A local data file that cannot be read as records: one line naming the file (and line)."""
+
+
+def check_file(path: str) -> None:
+    """Raise DataFileError for the first malformed line of a JSON-lines file, an unparseable JSON file,
+    or a parquet file whose footer cannot be read."""
+    import json
+
+    p = Path(path)
+    if p.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            pq.ParquetFile(p).schema_arrow
+        except Exception as e:
+            raise DataFileError(f"{p}: not a readable parquet file ({type(e).__name__}: {str(e).splitlines()[0]})")
+        return
+    text = p.read_text(errors="replace")
+    if p.suffix == ".json" and text.lstrip().startswith("["):
+        try:
+            records = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{p}: line {e.lineno}: bad JSON ({e.msg})")
+        bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise DataFileError(f"{p}: record {bad}: not a JSON object")
+        return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{p}: line {number}: bad JSON ({e.msg})")
+        if not isinstance(record, dict):
+            raise DataFileError(f"{p}: line {number}: not a JSON object")
 
 
 def _local_files(path: Path) -> tuple[str, list[str]]:
@@ -35,7 +75,14 @@ def load_records(source: str, split: str = "train", config: str | None = None) -
     path = Path(source).expanduser()
     if path.exists():
         builder, files = _local_files(path)
-        ds = datasets.load_dataset(builder, data_files=files, split="train")
+        for f in files:
+            check_file(f)
+        try:
+            ds = datasets.load_dataset(builder, data_files=files, split="train")
+        except Exception as e:  # e.g. one field with different types on different lines
+            cause = e.__cause__ or e
+            raise DataFileError(f"{path}: cannot be read as a table ({type(cause).__name__}: "
+                                f"{str(cause).splitlines()[0] if str(cause) else ''})") from e
     elif is_hub_id(source):
         ds = datasets.load_dataset(source, config, split=split)
     else:

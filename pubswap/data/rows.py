@@ -7,6 +7,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 
+class DataError(ValueError):
+    """Input data a run cannot use (a malformed file, too few rows): one line, exit 2 from the driver."""
+
+
 @dataclass(frozen=True)
 class Row:
     prompt: str

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pubswap.data.rows import Row
+from pubswap.data.rows import DataError, Row
 from pubswap.seeding import rng
 
 
@@ -63,7 +63,7 @@ def dirichlet_split(
         raise ValueError("public_size and test_size must be >= 0")
     needed = num_clients * per_client + public_size + test_size
     if len(rows) < needed:
-        raise ValueError(f"{len(rows)} rows are too few: {num_clients} clients x {per_client} + "
+        raise DataError(f"{len(rows)} rows are too few: {num_clients} clients x {per_client} + "
                          f"{public_size} public + {test_size} test = {needed}")
 
     gen = rng(seed, "split")
