@@ -72,6 +72,23 @@ def _install(layer: torch.nn.Module, weight: torch.Tensor) -> None:
 class MergedLoRAExtension:
     """Methods added to vLLM's worker (the process that holds the model)."""
 
+    def pubswap_exit_with_parent(self, poll_s: float = 1.0) -> int:
+        """Exit this worker when the process that started it dies. A SIGKILLed driver or actor takes
+        its engine core down with it, but the worker would live on, re-parented to init, holding the
+        model's memory (and, on CPU, spinning). Returns the watched parent's pid."""
+        import threading
+        import time
+
+        parent = os.getppid()
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(poll_s)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="pubswap-parent-watch", daemon=True).start()
+        return parent
+
     def pubswap_merge_init(self, model_dir: str) -> int:
         """Read the base weights of the decoder's linear layers; returns how many vLLM layers can merge."""
         from safetensors import safe_open

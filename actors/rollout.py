@@ -56,9 +56,9 @@ class VLLMEngine:
                       # sampled tokens' log-probs after temperature: the behaviour policy of truncated IS
                       logprobs_mode="processed_logprobs",
                       use_tqdm_on_load=os.environ.get("TQDM_DISABLE", "") in ("", "0"))  # quiet console
-        if merged:
-            kwargs["worker_extension_cls"] = "actors.merged_lora.MergedLoRAExtension"
-        else:
+        # the extension: merged adapters, and a worker that exits with its parent (both modes)
+        kwargs["worker_extension_cls"] = "actors.merged_lora.MergedLoRAExtension"
+        if not merged:
             kwargs.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=max_loras)
         self.sleep_mode = False
         if torch.cuda.is_available():
@@ -79,6 +79,7 @@ class VLLMEngine:
         self.llm = LLM(**kwargs)
         self.merged = merged
         self.lora_scale = lora_scale
+        self.llm.collective_rpc("pubswap_exit_with_parent")
         if merged:
             self.llm.collective_rpc("pubswap_merge_init", args=(os.path.abspath(model_dir),))
         self._deltas: dict = {}  # merged: key -> {module: (A, B)}

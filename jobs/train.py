@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -173,8 +174,9 @@ def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dic
     return summary
 
 
-def train(cfg: RunConfig) -> dict:
-    """Run (or resume) the configured rounds; returns the summary written to run_dir/summary.json."""
+def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
+    """Run (or resume) the configured rounds; returns the summary written to run_dir/summary.json.
+    `handle_signals` (the command line): SIGTERM/SIGHUP unwind like Ctrl-C (see `Stopped`)."""
     from jobs.federation import ActorLost, Federation
 
     t0 = time.perf_counter()
@@ -201,6 +203,8 @@ def train(cfg: RunConfig) -> dict:
           f"{format_histogram(split)}", flush=True)
 
     init_ray()
+    if handle_signals:
+        stop_on_sigterm()  # again: ray.init installs Ray's own SIGTERM handler, which aborts the process
     logger: RunLogger | None = None
     fed = Federation(cfg, split, model_dir, str(run_dir))
     try:
@@ -281,6 +285,22 @@ def _checkpointed_record(ckpt_dir: Path, r: int) -> dict | None:
     return state.get("record") if state else None
 
 
+class Stopped(BaseException):
+    """SIGTERM (`timeout`, `ray job stop`, a scheduler) or SIGHUP: unwind like Ctrl-C, so that `train`'s
+    cleanup kills the actors (and with them their engines) and shuts the local Ray down."""
+
+    def __str__(self) -> str:
+        return signal.Signals(self.args[0]).name if self.args else "a signal"
+
+
+def stop_on_sigterm() -> None:
+    def handler(signum, frame):
+        raise Stopped(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Federated GRPO / PubSwap round driver")
     parser.add_argument("--config", default=None, help="YAML config file")
@@ -297,8 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     from placement import PlacementError
     from pubswap.gpu_budget import GpuBudgetError
 
+    stop_on_sigterm()
     try:
-        train(cfg)
+        train(cfg, handle_signals=True)
+    except Stopped as e:
+        print(f"stopped by {e}: the actors and their engines were shut down; rerun the same command to resume "
+              "after the last checkpointed round", file=sys.stderr)
+        return 128 + int(e.args[0]) if e.args and isinstance(e.args[0], int) else 1
     except ResumeError as e:
         print(f"cannot resume: {e}", file=sys.stderr)
         return 2

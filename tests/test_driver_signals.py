@@ -1,0 +1,91 @@
+"""A driver ended from outside (SIGTERM: `timeout`, `ray job stop`, a scheduler) leaves nothing behind:
+its client actors and their vLLM engine processes exit, and a rerun resumes (issue 13, item 1)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ray_helpers import REPO, ft_config, metrics, write_config
+
+pytest.importorskip("vllm")
+
+RUN_PROCESSES = ("ray::ClientActor", "ray::ServerActor", "VLLM::EngineCore", "VLLM::Worker", "raylet", "gcs_server",
+                 "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def run_processes() -> dict[int, str]:
+    """pid -> command line of every process of a local Ray run (actors, engines, Ray's daemons)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(name in cmd for name in RUN_PROCESSES):
+            out[int(pid)] = cmd
+    return out
+
+
+def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir, tmp_path):
+    before = run_processes()
+    cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in driver.stdout:  # wait until the engines are up and a step ran
+            if "round 1/2 step 1/3" in line:
+                break
+        started = {p: c for p, c in run_processes().items() if p not in before}
+        assert any("VLLM::EngineCore" in c for c in started.values()), started
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    stderr = driver.stderr.read()
+    assert code == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "stopped by SIGTERM" in stderr
+    deadline = time.monotonic() + 30
+    while (left := {p: c for p, c in run_processes().items() if p in started}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"still running 30 s after the driver exited: {left}"
+    assert metrics(cfg.run_dir) == []  # no round was committed, and the run resumes from the start
+
+
+def test_sigkilled_driver_leaves_no_engine_worker_behind(digit_model_dir, tmp_path):
+    """SIGKILL runs no cleanup: Ray's daemons take the actors down, and each vLLM worker process, whose
+    engine core dies with its actor, exits by itself once its parent is gone."""
+    before = run_processes()
+    cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in driver.stdout:
+            if "round 1/2 step 1/3" in line:
+                break
+        engines = {p: c for p, c in run_processes().items() if p not in before and "VLLM::" in c}
+        assert any("VLLM::Worker" in c for c in engines.values()), engines
+        driver.kill()
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    deadline = time.monotonic() + 30
+    while (left := {p: c for p, c in run_processes().items() if p in engines}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in left:  # do not leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"engine processes still running 30 s after the driver was SIGKILLed: {left}"
