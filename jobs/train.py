@@ -37,6 +37,7 @@ from pubswap.plots import curve, label_of, plot
 from pubswap.timing import breakdown, format_breakdown
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.faults import maybe_crash
+from pubswap.lease import Lease, LeaseHeld, LeaseLost
 from pubswap.lora import Adapter, num_bytes
 from pubswap.metrics_log import read_records
 from pubswap.models import resolve_model
@@ -176,9 +177,8 @@ def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dic
 
 def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
     """Run (or resume) the configured rounds; returns the summary written to run_dir/summary.json.
-    `handle_signals` (the command line): SIGTERM/SIGHUP unwind like Ctrl-C (see `Stopped`)."""
-    from jobs.federation import ActorLost, Federation
-
+    `handle_signals` (the command line): SIGTERM/SIGHUP unwind like Ctrl-C (see `Stopped`), and a lost
+    lease on run_dir interrupts the driver at once instead of at its next commit."""
     t0 = time.perf_counter()
     f, ft = cfg.federation, cfg.fault_tolerance
     run_dir = Path(cfg.run_dir).resolve()
@@ -198,7 +198,29 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
         raise ResumeError(f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
                           "a changed dataset or task generator); refusing to resume")
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    lease = Lease(run_dir, ft.lease_ttl_s).acquire()  # LeaseHeld: another live driver writes here
+    try:
+        ckpt = _resume_point(cfg, ckpt_dir)  # again, now that no other driver can commit meanwhile
+        if ckpt is not None and ckpt.round >= f.rounds:
+            print(f"{run_dir}: the run finished meanwhile (round {ckpt.round} is checkpointed)", flush=True)
+            return _summary(run_dir, _base_eval(ckpt.state), read_records(metrics_path)[: ckpt.round], 0.0)
+        if handle_signals:
+            signal.signal(signal.SIGUSR1, _raise_lease_lost(lease))
+        lease.start_heartbeat(on_lost=lambda why: os.kill(os.getpid(), signal.SIGUSR1) if handle_signals else None)
+        write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
+        return _train_rounds(cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0)
+    finally:
+        lease.release()
+
+
+def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir: Path, ckpt: Checkpoint | None,
+                  lease: Lease, handle_signals: bool, t0: float) -> dict:
+    """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first."""
+    from jobs.federation import ActorLost, Federation
+
+    f, ft = cfg.federation, cfg.fault_tolerance
+    ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
+    fingerprint = split.fingerprint()
     print(f"run dir: {run_dir}\nmodel: {model_dir}\nclient topic split (Dirichlet alpha={cfg.data.dirichlet_alpha}):\n"
           f"{format_histogram(split)}", flush=True)
 
@@ -216,6 +238,7 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
             print(f"base model {base.line()} ({time.perf_counter() - t0:.0f}s)", flush=True)
             fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base.pass_at_1,
                      "base_eval": eval_record(base)}
+            lease.check()
             save_checkpoint(ckpt_dir, 0, global_adapter, lora_config, {**fixed, "record": None})
             write_text_atomic(metrics_path, "")
             records, start = [], 1
@@ -224,6 +247,7 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
             fed.set_global(global_adapter)
             fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
                      "base_eval": _base_eval(ckpt.state)}
+            lease.check()
             records = metrics_log.rebuild(metrics_path, ckpt.round, lambda r: _checkpointed_record(ckpt_dir, r))
             start = ckpt.round + 1
             print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
@@ -246,7 +270,9 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
             record["recoveries"] = attempt
             global_adapter = new_global
             # the log line first, then the commit: a crash in between leaves a line the resume drops
+            lease.check()
             metrics_log.append_record(metrics_path, record)
+            lease.check()
             save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record})
             records.append(record)
             logger.log_round(record)
@@ -259,6 +285,7 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
         fed.shutdown()
         if logger is not None:
             logger.close()
+    lease.check()
     summary = _summary(run_dir, fixed["base_eval"], records, time.perf_counter() - t0)
     print(f"base pass@1 {_pm(summary, 'base')} -> final pass@1 {_pm(summary, 'final')} "
           f"(SE over {summary['eval_prompts']} test prompts) in {summary['wall_s']:.0f}s; run dir {run_dir}",
@@ -269,6 +296,13 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
               f"{'a significant rise (>= 2 SE)' if summary['change'] >= 2 * summary['change_se'] else 'within noise (< 2 SE)'}",
               flush=True)
     return summary
+
+
+def _raise_lease_lost(lease: Lease):
+    def handler(signum, frame):
+        raise LeaseLost(lease.lost or "the lease was lost")
+
+    return handler
 
 
 def _base_eval(state: dict) -> dict:
@@ -327,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     except ResumeError as e:
         print(f"cannot resume: {e}", file=sys.stderr)
         return 2
+    except LeaseHeld as e:
+        print(f"cannot start: {e}", file=sys.stderr)
+        return 2
+    except LeaseLost as e:
+        print(f"stopped: {e}; this driver wrote nothing after that, and the actors were shut down", file=sys.stderr)
+        return 3
     except DataError as e:
         print(f"data error: {e}", file=sys.stderr)
         return 2

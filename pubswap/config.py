@@ -172,6 +172,11 @@ class ResourcesConfig:
 class FaultToleranceConfig:
     max_round_retries: int = 3  # a round whose client or server died is redone at most this often
     restart_timeout_s: float = 900.0  # wait this long for restarted actors (a lost node may need a new one)
+    # a client call (a step, the average, an evaluation) that takes longer is a hung client: its actors are
+    # restarted and the round redone, as for a dead one; 0 waits forever
+    step_timeout_s: float = 1800.0
+    # run_dir's lease (one writer per run): a driver whose heartbeat has not moved this long is dead
+    lease_ttl_s: float = 60.0
 
 
 @dataclass
@@ -424,6 +429,8 @@ def validate(cfg: RunConfig) -> None:
     ft = cfg.fault_tolerance
     need(ft.max_round_retries >= 0, "fault_tolerance.max_round_retries", "must be >= 0")
     need(ft.restart_timeout_s > 0, "fault_tolerance.restart_timeout_s", "must be > 0")
+    need(ft.step_timeout_s >= 0, "fault_tolerance.step_timeout_s", "must be >= 0 (0: no timeout)")
+    need(ft.lease_ttl_s >= 4, "fault_tolerance.lease_ttl_s", "must be >= 4 (seconds; the heartbeat is every ttl/4)")
 
 
 # ---------------------------------------------------------------------------------------------

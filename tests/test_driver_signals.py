@@ -8,10 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from ray_helpers import REPO, ft_config, metrics, write_config
+from ray_helpers import REPO, ft_config, metrics, run_driver, write_config
 
 pytest.importorskip("vllm")
 
@@ -39,16 +40,22 @@ def run_processes() -> dict[int, str]:
 
 def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir, tmp_path):
     before = run_processes()
-    cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm")
+    # many rounds: the run must still be going when the signal comes, after the second driver was refused
+    cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm", "federation.rounds=100")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for line in driver.stdout:  # wait until the engines are up and a step ran
-            if "round 1/2 step 1/3" in line:
+            if "round 1/100 step 1/3" in line:
                 break
         started = {p: c for p, c in run_processes().items() if p not in before}
         assert any("VLLM::EngineCore" in c for c in started.values()), started
+        # a second driver on the same run_dir (a resubmitted job, a colleague) is refused: one line, exit 2
+        second = run_driver(cfg)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert second.stderr.strip().splitlines() == [second.stderr.strip()]
+        assert f"in use by a live driver, pid {driver.pid} on " in second.stderr
         driver.send_signal(signal.SIGTERM)
         code = driver.wait(timeout=60)
     finally:
@@ -61,7 +68,11 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
     while (left := {p: c for p, c in run_processes().items() if p in started}) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"still running 30 s after the driver exited: {left}"
-    assert metrics(cfg.run_dir) == []  # no round was committed, and the run resumes from the start
+    # only whole rounds were committed, the last one with its checkpoint
+    rounds = [r["round"] for r in metrics(cfg.run_dir)]
+    assert rounds == list(range(1, len(rounds) + 1)) and len(rounds) < 100
+    assert (Path(cfg.run_dir) / "checkpoints" / f"round_{len(rounds):04d}").is_dir()
+    assert not (Path(cfg.run_dir) / "LEASE").exists()  # released on the way out
 
 
 def test_sigkilled_driver_leaves_no_engine_worker_behind(digit_model_dir, tmp_path):

@@ -10,6 +10,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ from jobs.train import train
 from pubswap.checkpoint import ResumeError
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import WEIGHTS_NAME, read_adapter
-from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, step_rewards, tb_scalars
+from ray_helpers import REPO, RAY_ENV, final_sha, ft_config, metrics, run_driver, step_rewards, tb_scalars, write_config
 
 def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, digit_model_dir, tmp_path):
     cfg = ft_config(digit_model_dir, tmp_path / "run")
@@ -30,9 +32,11 @@ def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, d
     assert "round 2/2 step 1/3" in killed.stdout and "round 2/2 step 2/3" not in killed.stdout
     assert [r["round"] for r in metrics(cfg.run_dir)] == [1]
     assert [s for s, _ in tb_scalars(cfg.run_dir)["critic/rewards/mean"]] == [1, 2, 3]  # round 1 was logged
+    dead_pid = json.loads((Path(cfg.run_dir) / "LEASE").read_text())["pid"]  # the SIGKILLed driver's lease stays
     resumed = run_driver(cfg)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming after round 1" in resumed.stdout and "round 1/2 step" not in resumed.stdout
+    assert f"took over the lease of {cfg.run_dir} from the dead driver pid {dead_pid} on" in resumed.stdout
     assert [r["round"] for r in metrics(cfg.run_dir)] == [1, 2]
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
     assert step_rewards(cfg.run_dir) == step_rewards(ft_reference)
@@ -44,6 +48,40 @@ def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, d
     assert [s for s, _ in got["critic/rewards/mean"]] == [1, 2, 3, 4, 5, 6]
     for tag in ("critic/rewards/mean", "client_0/critic/rewards/mean", "fed/swapped_in", "val/pass@1"):
         assert got[tag] == ref[tag], tag
+
+
+def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_resumes(ft_reference,
+                                                                                      digit_model_dir, tmp_path):
+    """From outside: after round 1 is committed, another node's driver takes the lease (as one would after
+    judging this driver dead, e.g. across a network partition). This driver must stop at once without
+    committing round 2; a resuming driver then waits the silent owner out, takes over, and finishes the
+    run bitwise equal to the uninterrupted one."""
+    cfg = ft_config(digit_model_dir, tmp_path / "run", "fault_tolerance.lease_ttl_s=4")
+    lease_path = Path(cfg.run_dir) / "LEASE"
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
+                              env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in driver.stdout:
+            if line.startswith("round 1/2 done"):
+                break
+        assert json.loads(lease_path.read_text())["pid"] == driver.pid
+        lease_path.write_text(json.dumps({"id": "x" * 32, "host": "node-b", "pid": 4242, "started": "now",
+                                          "beat": 0, "time": 0}))
+        code = driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    stderr = driver.stderr.read()
+    assert code == 3, stderr[-2000:]
+    assert "stopped: the lease of" in stderr and "taken over by pid 4242 on node-b" in stderr
+    assert [r["round"] for r in metrics(cfg.run_dir)] == [1]
+    assert not (Path(cfg.run_dir) / "checkpoints" / "round_0002").exists()
+    assert json.loads(lease_path.read_text())["host"] == "node-b"  # the lost lease was left alone
+    resumed = run_driver(cfg)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "took over the lease" in resumed.stdout and "pid 4242 on node-b" in resumed.stdout
+    assert final_sha(cfg.run_dir) == final_sha(ft_reference)
 
 
 def test_truncated_latest_checkpoint_is_skipped_and_the_round_redone(ft_reference, digit_model_dir, tmp_path):
