@@ -22,6 +22,9 @@ from pathlib import Path
 import yaml
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# driver exit codes (jobs/train.py) that another attempt cannot fix
+FINAL_EXIT_CODES = {2: "bad config, data or model, or run_dir in use by a live driver",
+                    3: "another driver took over run_dir"}
 
 
 def run_dir_of(command: list[str], working_dir: Path) -> str | None:
@@ -64,8 +67,14 @@ def supervise(client, entrypoint: str, runtime_env: dict, max_retries: int, name
         if status == "STOPPED":
             out(f"[supervise] job {sid} was stopped by a user; not resubmitting")
             return 1
-        message = client.get_job_info(sid).message or ""
+        info = client.get_job_info(sid)
+        message = info.message or ""
         out(f"[supervise] job {sid} failed: {message.strip().splitlines()[-1] if message.strip() else 'no message'}")
+        code = getattr(info, "driver_exit_code", None)
+        if code in FINAL_EXIT_CODES:
+            out(f"[supervise] the driver exited with {code} ({FINAL_EXIT_CODES[code]}): a resubmission would end "
+                "the same way; not resubmitting")
+            return 1
         if attempt < max_retries:
             out("[supervise] resubmitting; the driver resumes after its newest intact checkpoint")
     out(f"[supervise] giving up after {max_retries + 1} failed attempts")

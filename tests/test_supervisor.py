@@ -27,6 +27,13 @@ def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(ray
     assert "resuming after round 1" in out
     assert [r["round"] for r in metrics(cfg.run_dir)] == [1, 2]
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
+    # a driver that exits 2 (bad input: here a config error) is not resubmitted: it would fail the same way
+    rc = supervise.main(["--address", ray_head, "--working-dir", str(REPO), "--max-retries", "2", "--poll-s", "1",
+                         "--name", "sup-bad", "--", sys.executable, "-m", "jobs.train", "--config",
+                         str(write_config(cfg)), "grpo.K=0"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "config error: grpo.K" in out and "exited with 2" in out, out[-3000:]
+    assert "sup-bad-1" not in out
 
 
 def test_supervisor_refuses_a_relative_run_dir(tmp_path, capsys):
