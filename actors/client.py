@@ -28,6 +28,7 @@ import ray
 import torch
 
 from actors.collective import tensor_device
+from actors.engine_watchdog import EngineWatchdog, engine_processes
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
 from pubswap.aggregation import make_strategy
 from pubswap.config import RunConfig, from_dict
@@ -375,9 +376,12 @@ class ClientActor(ClientCore):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         super().__init__(*args, **kwargs)
         self._group: str | None = None
+        # a dead engine would leave generate() hanging: end the actor instead (actors/engine_watchdog.py)
+        self._watchdog = EngineWatchdog(engine_processes())
 
     def close(self) -> None:
         """Remove this actor's node-local adapter folders (called before the actor is killed)."""
+        self._watchdog.stop()
         shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
     def take_timing(self) -> dict[str, float]:

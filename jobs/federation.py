@@ -8,6 +8,8 @@ lost node) raises `ActorLost` at once, without waiting on survivors that may be 
 collective with the dead one. `recover()` then restarts every client (the torch.distributed world of a
 gloo/NCCL group is fixed per process, so survivors cannot admit a newcomer), forms a new collective
 group and loads the round-start global adapter into all of them: the round is then redone exactly.
+A call unanswered after `fault_tolerance.step_timeout_s` (a hung client) is treated the same way, and a
+client whose vLLM engine died ends its own process (actors/engine_watchdog.py), so it is a dead client.
 """
 
 from __future__ import annotations
@@ -42,16 +44,25 @@ class ActorLost(RuntimeError):
     """A client or the server died during a call; the round can be redone after `recover()`."""
 
 
-def gather(refs: Sequence[ray.ObjectRef], grace_s: float = 30.0) -> list:
+class CallTimeout(RuntimeError):
+    """Some calls were not answered within the time allowed (a hung actor)."""
+
+
+def gather(refs: Sequence[ray.ObjectRef], grace_s: float = 30.0, timeout_s: float | None = None) -> list:
     """ray.get of every ref, raising the first failure as soon as it is known (not in list order).
 
     An actor's death wins over the errors it causes: when a task fails with an ordinary exception (a
     survivor's collective reporting "connection reset by peer"), the other tasks get `grace_s` to
-    reveal a dead actor, whose error is then raised instead.
+    reveal a dead actor, whose error is then raised instead. `timeout_s`: CallTimeout if the refs are
+    not all done by then.
     """
     pending = list(refs)
+    deadline = None if not timeout_s else time.monotonic() + timeout_s
     while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, pending = ray.wait(pending, num_returns=1, timeout=left)
+        if not ready:
+            raise CallTimeout(f"{len(pending)} of {len(refs)} calls unanswered after {timeout_s:.0f}s")
         try:
             ray.get(ready)
         except ACTOR_FAILURES:
@@ -162,10 +173,14 @@ class Federation:
 
     def _call(self, refs: Sequence[ray.ObjectRef]) -> list:
         t = time.perf_counter()
+        timeout = self.cfg.fault_tolerance.step_timeout_s
         try:
-            return gather(refs)
+            return gather(refs, timeout_s=timeout or None)
         except ACTOR_FAILURES as e:
             raise ActorLost(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        except CallTimeout as e:
+            # a hung client (stopped, deadlocked, a stuck device) counts as a dead one: recover() kills it
+            raise ActorLost(f"{e} (fault_tolerance.step_timeout_s={timeout:g}): a client is hung") from e
         finally:
             self.calls_s += time.perf_counter() - t  # the driver's time spent waiting on actors
 

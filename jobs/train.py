@@ -264,7 +264,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                     if attempt == ft.max_round_retries:
                         raise RuntimeError(f"round {r} failed {attempt + 1} times "
                                            f"(fault_tolerance.max_round_retries={ft.max_round_retries})") from e
-                    print(f"round {r}: an actor died ({e}); restarting the clients to redo round {r} from its "
+                    print(f"round {r}: an actor died or hung ({e}); restarting the clients to redo round {r} from its "
                           f"start (retry {attempt + 1}/{ft.max_round_retries})", flush=True)
                     print(f"round {r}: clients back in {fed.recover(global_adapter):.0f}s", flush=True)
             record["recoveries"] = attempt

@@ -1,0 +1,65 @@
+"""A client whose vLLM engine died, and a client that hangs, are dead clients (issue 13, items 5 and 6).
+
+Injected from outside the run, in one real `python -m jobs.train` with vLLM engines: in round 1 a client
+actor is frozen with SIGSTOP (its calls never return: `fault_tolerance.step_timeout_s` ends the wait);
+in round 2 the engine core process of a client actor is SIGKILLed (as a CUDA error or the OOM killer
+would). Each time the clients are restarted and the round redone, and the final adapter is bitwise equal
+to an uninterrupted run's; the frozen actor and the dead engine's processes are gone afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from ray_helpers import REPO, final_sha, ft_config, metrics, run_driver, write_config
+
+pytest.importorskip("vllm")
+
+VLLM = ("rollout.backend=vllm", "fault_tolerance.step_timeout_s=15")
+
+
+def client_actors() -> list[psutil.Process]:
+    return [p for p in psutil.process_iter(["cmdline"]) if "ray::ClientActor" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_model_dir, tmp_path):
+    reference = run_driver(ft_config(digit_model_dir, tmp_path / "reference", *VLLM))
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    cfg = ft_config(digit_model_dir, tmp_path / "run", *VLLM)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, frozen, engines = [], None, []
+    try:
+        for line in driver.stdout:
+            out.append(line)
+            if frozen is None and line.startswith("round 1/2 step 1/3"):
+                frozen = client_actors()[0]
+                frozen.send_signal(signal.SIGSTOP)
+            elif not engines and line.startswith("round 2/2 step 1/3"):
+                actor = client_actors()[0]
+                engines = [c for c in actor.children(recursive=True) if "VLLM::" in c.name()]
+                core = next(c for c in engines if "EngineCore" in c.name())
+                core.kill()
+        code = driver.wait(timeout=300)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    text = "".join(out)
+    assert code == 0, text[-3000:]
+    assert "round 1: an actor died or hung" in text and "fault_tolerance.step_timeout_s=15" in text
+    assert "round 2: an actor died or hung" in text and f"vLLM engine process {core.pid} (VLLM::EngineCore)" in text
+    assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 1]
+    assert final_sha(cfg.run_dir) == final_sha(tmp_path / "reference")
+    deadline = time.monotonic() + 30
+    while (left := [p for p in [frozen, *engines] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"still running: {left}"
