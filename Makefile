@@ -6,7 +6,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 CONFIG  ?= configs/default.yaml
 
-.PHONY: install run test clean
+.PHONY: install run test test-heavy clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
+
+# the heavy fault drills (a hung client and a dead vLLM engine, ~3 min) that CI leaves out for time
+test-heavy: $(STAMP)
+	$(VPY) -m pytest -q tests -m heavy
 
 clean:
 	rm -rf $(VENV) runs

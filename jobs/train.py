@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from jobs.console import actor_env, progress, quiet_driver
+from jobs.job_watch import stop_with_parent
 from pubswap import metrics_log
 from pubswap.checkpoint import (Checkpoint, ResumeError, latest_checkpoint, round_dir, save_checkpoint, verify,
                                 write_text_atomic)
@@ -352,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     from pubswap.gpu_budget import GpuBudgetError
 
     stop_on_sigterm()
+    stop_with_parent()  # inside `ray job submit`: a killed entrypoint shell ends this driver too
     try:
         train(cfg, handle_signals=True)
     except Stopped as e:

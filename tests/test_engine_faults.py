@@ -29,6 +29,7 @@ def client_actors() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"]) if "ray::ClientActor" in " ".join(p.info["cmdline"] or [])]
 
 
+@pytest.mark.heavy
 def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_model_dir, tmp_path):
     reference = run_driver(ft_config(digit_model_dir, tmp_path / "reference", *VLLM))
     assert reference.returncode == 0, reference.stderr[-3000:]
