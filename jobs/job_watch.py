@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 JOB_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # set by Ray's job supervisor for the entrypoint
 
@@ -33,7 +34,7 @@ def stop_with_parent(poll_s: float = 1.0) -> threading.Thread | None:
 
     def watch():
         while os.getppid() == parent:
-            threading.Event().wait(poll_s)
+            time.sleep(poll_s)
         print(f"the job's entrypoint process (pid {parent}) is gone: Ray has ended this job, so this driver "
               "stops too", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGTERM)

@@ -183,14 +183,10 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
     t0 = time.perf_counter()
     f, ft = cfg.federation, cfg.fault_tolerance
     run_dir = Path(cfg.run_dir).resolve()
-    ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
+    ckpt_dir = run_dir / "checkpoints"
     ckpt = _resume_point(cfg, ckpt_dir)
     if ckpt is not None and ckpt.round >= f.rounds:
-        print(f"{run_dir}: the run already finished (round {ckpt.round} of {f.rounds} is checkpointed); nothing to "
-              "do. Raise federation.rounds to continue it.", flush=True)
-        if (run_dir / "summary.json").is_file():
-            return json.loads((run_dir / "summary.json").read_text())
-        return _summary(run_dir, _base_eval(ckpt.state), read_records(metrics_path)[: ckpt.round], 0.0)
+        return _finished(cfg, run_dir, ckpt)
     # everything that can reject the input (model, data files, the split) runs before run_dir is touched
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
@@ -201,13 +197,14 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True)
     lease = Lease(run_dir, ft.lease_ttl_s).acquire()  # LeaseHeld: another live driver writes here
     try:
-        ckpt = _resume_point(cfg, ckpt_dir)  # again, now that no other driver can commit meanwhile
+        ckpt = _resume_point(cfg, ckpt_dir)  # again: another driver may have committed before we took the lease
         if ckpt is not None and ckpt.round >= f.rounds:
-            print(f"{run_dir}: the run finished meanwhile (round {ckpt.round} is checkpointed)", flush=True)
-            return _summary(run_dir, _base_eval(ckpt.state), read_records(metrics_path)[: ckpt.round], 0.0)
-        if handle_signals:
+            return _finished(cfg, run_dir, ckpt)
+        on_lost = None
+        if handle_signals:  # interrupt the main thread at once (SIGUSR1 raises LeaseLost there)
             signal.signal(signal.SIGUSR1, _raise_lease_lost(lease))
-        lease.start_heartbeat(on_lost=lambda why: os.kill(os.getpid(), signal.SIGUSR1) if handle_signals else None)
+            on_lost = lambda why: os.kill(os.getpid(), signal.SIGUSR1)  # noqa: E731
+        lease.start_heartbeat(on_lost=on_lost)
         write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
         return _train_rounds(cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0)
     finally:
@@ -297,6 +294,15 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
               f"{'a significant rise (>= 2 SE)' if summary['change'] >= 2 * summary['change_se'] else 'within noise (< 2 SE)'}",
               flush=True)
     return summary
+
+
+def _finished(cfg: RunConfig, run_dir: Path, ckpt: Checkpoint) -> dict:
+    """The summary of a run whose last round is checkpointed already: nothing to train."""
+    print(f"{run_dir}: the run already finished (round {ckpt.round} of {cfg.federation.rounds} is checkpointed); "
+          "nothing to do. Raise federation.rounds to continue it.", flush=True)
+    if (run_dir / "summary.json").is_file():
+        return json.loads((run_dir / "summary.json").read_text())
+    return _summary(run_dir, _base_eval(ckpt.state), read_records(run_dir / "metrics.jsonl")[: ckpt.round], 0.0)
 
 
 def _raise_lease_lost(lease: Lease):

@@ -51,11 +51,20 @@ def write_config(cfg: RunConfig) -> Path:
     return path
 
 
+def _driver_env(env_extra: dict | None = None) -> dict:
+    return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", FAULT_ENV)} | (env_extra or {})
+
+
 def run_driver(cfg: RunConfig, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m jobs.train --config X` in a fresh process (which starts its own local Ray)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", FAULT_ENV)} | (env_extra or {})
     return subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=_driver_env(env_extra), capture_output=True, text=True, timeout=600)
+
+
+def start_driver(cfg: RunConfig, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """Like run_driver, but running: read its stdout line by line, signal it, wait for it."""
+    return subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
+                            env=_driver_env(), stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def metrics(run_dir) -> list[dict]:

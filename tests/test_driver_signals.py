@@ -6,13 +6,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from ray_helpers import REPO, ft_config, metrics, run_driver, write_config
+from ray_helpers import ft_config, metrics, run_driver, start_driver
 
 pytest.importorskip("vllm")
 
@@ -42,9 +41,7 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
     before = run_processes()
     # many rounds: the run must still be going when the signal comes, after the second driver was refused
     cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm", "federation.rounds=100")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    driver = start_driver(cfg)
     try:
         for line in driver.stdout:  # wait until the engines are up and a step ran
             if "round 1/100 step 1/3" in line:
@@ -80,9 +77,7 @@ def test_sigkilled_driver_leaves_no_engine_worker_behind(digit_model_dir, tmp_pa
     engine core dies with its actor, exits by itself once its parent is gone."""
     before = run_processes()
     cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    driver = start_driver(cfg, stderr=subprocess.DEVNULL)
     try:
         for line in driver.stdout:
             if "round 1/2 step 1/3" in line:

@@ -9,16 +9,14 @@ to an uninterrupted run's; the frozen actor and the dead engine's processes are 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
-from ray_helpers import REPO, final_sha, ft_config, metrics, run_driver, write_config
+from ray_helpers import final_sha, ft_config, metrics, run_driver, start_driver
 
 pytest.importorskip("vllm")
 
@@ -34,9 +32,7 @@ def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_m
     reference = run_driver(ft_config(digit_model_dir, tmp_path / "reference", *VLLM))
     assert reference.returncode == 0, reference.stderr[-3000:]
     cfg = ft_config(digit_model_dir, tmp_path / "run", *VLLM)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    driver = start_driver(cfg, stderr=subprocess.STDOUT)
     out, frozen, engines = [], None, []
     try:
         for line in driver.stdout:

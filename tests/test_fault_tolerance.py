@@ -10,8 +10,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from jobs.train import train
 from pubswap.checkpoint import ResumeError
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import WEIGHTS_NAME, read_adapter
-from ray_helpers import REPO, RAY_ENV, final_sha, ft_config, metrics, run_driver, step_rewards, tb_scalars, write_config
+from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, start_driver, step_rewards, tb_scalars
 
 def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, digit_model_dir, tmp_path):
     cfg = ft_config(digit_model_dir, tmp_path / "run")
@@ -58,9 +56,7 @@ def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_re
     run bitwise equal to the uninterrupted one."""
     cfg = ft_config(digit_model_dir, tmp_path / "run", "fault_tolerance.lease_ttl_s=4")
     lease_path = Path(cfg.run_dir) / "LEASE"
-    driver = subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                              env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    driver = start_driver(cfg)
     try:
         for line in driver.stdout:
             if line.startswith("round 1/2 done"):
