@@ -61,10 +61,10 @@ def run_driver(cfg: RunConfig, env_extra: dict | None = None) -> subprocess.Comp
                           env=_driver_env(env_extra), capture_output=True, text=True, timeout=600)
 
 
-def start_driver(cfg: RunConfig, stderr=subprocess.PIPE) -> subprocess.Popen:
+def start_driver(cfg: RunConfig, stderr=subprocess.PIPE, env_extra: dict | None = None) -> subprocess.Popen:
     """Like run_driver, but running: read its stdout line by line, signal it, wait for it."""
     return subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                            env=_driver_env(), stdout=subprocess.PIPE, stderr=stderr, text=True)
+                            env=_driver_env(env_extra), stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def metrics(run_dir) -> list[dict]:
@@ -96,3 +96,27 @@ def tb_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
     acc = EventAccumulator(str(Path(run_dir) / "tensorboard"), size_guidance={"scalars": 0})
     acc.Reload()
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+# --- the process table: what a run leaves behind ------------------------------------------------
+
+RUN_PROCESSES = ("ray::ClientActor", "ray::ServerActor", "VLLM::EngineCore", "VLLM::Worker", "raylet", "gcs_server",
+                 "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+
+
+def run_processes() -> dict[int, str]:
+    """pid -> command line of every process of a local Ray run (actors, engines, Ray's daemons)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(name in cmd for name in RUN_PROCESSES):
+            out[int(pid)] = cmd
+    return out

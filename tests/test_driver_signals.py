@@ -11,31 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ray_helpers import ft_config, metrics, run_driver, start_driver
+from ray_helpers import ft_config, metrics, run_driver, run_processes, start_driver
 
 pytest.importorskip("vllm")
-
-RUN_PROCESSES = ("ray::ClientActor", "ray::ServerActor", "VLLM::EngineCore", "VLLM::Worker", "raylet", "gcs_server",
-                 "ray::DashboardAgent", "ray::RuntimeEnvAgent")
-
-
-def run_processes() -> dict[int, str]:
-    """pid -> command line of every process of a local Ray run (actors, engines, Ray's daemons)."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(name in cmd for name in RUN_PROCESSES):
-            out[int(pid)] = cmd
-    return out
-
 
 def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir, tmp_path):
     before = run_processes()
