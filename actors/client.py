@@ -30,7 +30,7 @@ import torch
 from actors.collective import tensor_device
 from actors.engine_watchdog import EngineWatchdog, engine_processes
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
-from pubswap.aggregation import make_strategy
+from pubswap.aggregation import Context, make_strategy
 from pubswap.config import RunConfig, from_dict
 from pubswap.data.order import private_batch, private_steps_before
 from pubswap.data.prompt_length import chat_prompt_ids
@@ -328,15 +328,40 @@ class ClientCore:
             out.append({"step": step, "public": True, **self._train(cid, pids, groups[cid])})
         return out
 
+    def _sent(self, adapter: Adapter) -> Adapter:
+        """The tensors a linear strategy averages (FFA-LoRA: the B's only; the rest never changes)."""
+        return {k: v for k, v in adapter.items() if self.trainer.strategy.trains(k)}
+
     def weighted_sum(self, weights: Mapping[int, float]) -> tuple[torch.Tensor, object]:
-        """sum over hosted clients c in `weights` of weights[c] * adapter_c, as one flat vector."""
-        flat, spec = flatten(self.get_adapter())
+        """sum over hosted clients c in `weights` of weights[c] * (what c sends), as one flat vector."""
+        flat, spec = flatten(self._sent(self.get_adapter()))
         total = torch.zeros_like(flat)
         for cid, w in sorted(weights.items()):
             client = self.clients[cid]
             client.pre_average = client.adapter
-            total += w * flatten(client.adapter)[0]
+            total += w * flatten(self._sent(client.adapter))[0]
         return total, spec
+
+    @timed_call
+    def upload(self, round_idx: int, cids: Sequence[int]) -> dict[int, dict]:
+        """A non-linear strategy's client step: what each hosted participant sends the server."""
+        strategy, start = self.trainer.strategy, self.trainer.anchor
+        out = {}
+        with self.timer.phase("avg"):
+            for cid in self._hosted(cids):
+                maybe_crash("client", round_idx, 0, "average", cid)
+                client = self.clients[cid]
+                client.pre_average = client.adapter
+                out[cid] = strategy.upload(start, client.adapter, Context(self.cfg.seed, round_idx, cid))
+        return out
+
+    @timed_call
+    def apply_download(self, download: dict, weights: Mapping[int, float], round_idx: int) -> list[dict]:
+        """Every hosted client applies the server's download to the round-start adapter (the same for all)."""
+        with self.timer.phase("avg"):
+            new = self.trainer.strategy.apply_download(self.trainer.anchor, download,
+                                                       Context(self.cfg.seed, round_idx, None))
+        return self.finish_average(new, weights)
 
     def finish_average(self, averaged: Adapter, weights: Mapping[int, float]) -> list[dict]:
         drift = [{"client": cid, "drift_sq": squared_distance(self.clients[cid].adapter, averaged).item()}
@@ -414,6 +439,6 @@ class ClientActor(ClientCore):
             flat, spec = self.weighted_sum(weights)
             flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
             col.allreduce(flat, group_name=self._group)
-            averaged = unflatten(flat.cpu(), spec)
+            averaged = {**self.trainer.anchor, **unflatten(flat.cpu(), spec)}  # unsent tensors: unchanged
         return {"clients": self.finish_average(averaged, weights),
                 "averaged": averaged if col.get_rank(self._group) == 0 else None}

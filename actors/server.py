@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import ray
 
+from pubswap.aggregation import Context, make_strategy, payload_bytes
 from pubswap.config import from_dict
 from pubswap.data.rows import Row
 from pubswap.seeding import rng
@@ -25,6 +26,23 @@ class ServerActor:
         self.public = list(public)
         self.test = list(test)
         self.seen_prompts: set[str] = set()
+
+    def aggregate(self, round_idx: int, start: dict, weights: dict[int, float], *uploads: dict) -> tuple:
+        """A non-linear strategy's server step (pubswap/aggregation/base.py): `uploads[a]` is the a-th
+        actor's {client id: payload}; `weights` the participants' weights. Returns two objects (call it
+        with num_returns=2): the download, which every client actor fetches, and for the driver the new
+        global adapter and the bytes each client sent and receives."""
+        strategy = make_strategy(self.cfg.federation)
+        by_client = {cid: payload for up in uploads for cid, payload in up.items()}
+        cids = sorted(by_client)
+        if cids != sorted(weights):
+            raise ValueError(f"uploads from clients {cids} do not match the participants {sorted(weights)}")
+        ctx = Context(self.cfg.seed, round_idx, None)
+        download = strategy.server_aggregate(start, [by_client[c] for c in cids], [weights[c] for c in cids], ctx)
+        down = payload_bytes(download)
+        return download, {"adapter": strategy.apply_download(start, download, ctx),
+                          "upload_bytes": {c: payload_bytes(by_client[c]) for c in cids},
+                          "download_bytes": {c: down for c in cids}}
 
     def public_batch(self, round_idx: int, step: int) -> list[Row]:
         b = self.cfg.grpo.b

@@ -34,7 +34,7 @@ from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
 from pubswap.evaluation import Score, score
-from pubswap.lora import Adapter
+from pubswap.lora import Adapter, num_bytes
 from pubswap.participation import participants
 
 ACTOR_FAILURES = (RayActorError, ActorUnavailableError, ObjectLostError, OwnerDiedError)
@@ -230,15 +230,36 @@ class Federation:
                 "missing_donors": swapped["missing_donors"], "pool_bytes": swapped["pool_bytes"],
                 "provenance": swapped["provenance"]}
 
-    def average(self, round_idx: int, cids: Sequence[int]) -> tuple[Adapter, list[dict]]:
-        """The participants' weighted mean, allreduced among all actors; every hosted client then holds it."""
-        if not self.strategy.linear:
-            raise NotImplementedError(f"non-linear aggregation {self.strategy.name!r} runs on the server (not yet)")
+    def average(self, round_idx: int, cids: Sequence[int], start: Adapter) -> tuple[Adapter, list[dict], dict]:
+        """The round's aggregation; every hosted client then holds the new global adapter. Returns it, the
+        participants' drift, and the bytes each participant sent and received ({"upload": [...],
+        "download": [...]} in the order of `cids`).
+
+        A linear strategy is one allreduce of the sent tensors among all actors. Any other runs where it
+        belongs: each actor uploads its participants' payloads, the ServerActor aggregates them (all
+        through the object store, no copy via the driver), and every actor applies the one download."""
         w = self.weights(cids)
-        results = self._call([a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
-                              for a, ids in zip(self.actors, self._by_actor(cids))])
-        averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
-        return averaged, sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
+        order = sorted(cids)
+        if self.strategy.linear:
+            results = self._call([a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
+                                  for a, ids in zip(self.actors, self._by_actor(cids))])
+            averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
+            sent = num_bytes({k: v for k, v in start.items() if self.strategy.trains(k)})
+            comm = {"upload": [sent] * len(order), "download": [sent] * len(order)}
+        else:
+            busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
+            uploads = [a.upload.remote(round_idx, ids) for a, ids in busy]
+            download_ref, info_ref = self.server.aggregate.options(num_returns=2).remote(
+                round_idx, ray.put(start), {c: w[c] for c in order}, *uploads)
+            per_actor = self._call([a.apply_download.remote(download_ref, {c: w[c] for c in ids}, round_idx)
+                                    for a, ids in zip(self.actors, self._by_actor(cids))])
+            results = [{"clients": drift} for drift in per_actor]
+            info = self._call([info_ref])[0]
+            averaged = info["adapter"]
+            comm = {"upload": [info["upload_bytes"][c] for c in order],
+                    "download": [info["download_bytes"][c] for c in order]}
+        drift = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
+        return averaged, drift, comm
 
     def evaluate(self, round_idx: int) -> Score:
         """pass@1 (mean@eval_n) of the global adapter on the test set, split across the actors."""

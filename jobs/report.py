@@ -39,10 +39,29 @@ def read_run(run_dir: Path) -> dict:
     if not summary_path.is_file():
         raise FileNotFoundError(f"{run_dir}: no summary.json (the run has not finished a round yet)")
     summary = json.loads(summary_path.read_text())
-    return {"run": run_dir.name, "cell": cell_of(cfg), "rounds": summary.get("rounds"),
+    return {**comm_mb(run_dir),"run": run_dir.name, "cell": cell_of(cfg), "rounds": summary.get("rounds"),
             "of": cfg["federation"]["rounds"], "base": summary["base_pass@1"], "final": summary["final_pass@1"],
             "best": summary.get("best_pass@1", summary["final_pass@1"]), "se": summary.get("final_pass@1_se"),
             "prompts": summary.get("eval_prompts"), "n": summary.get("eval_n")}
+
+
+def comm_mb(run_dir: Path) -> dict:
+    """Mean MiB per client per round: the adapter traffic of the aggregation (upload + download, as the
+    strategy sends it) and the public steps' responses (up to the server and back, split over the
+    round's participants). None for runs written before the per-client counts existed."""
+    path = run_dir / "metrics.jsonl"
+    records = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+    rounds = [r["bytes"] for r in records if "upload" in r.get("bytes", {})]
+    if not rounds:
+        return {"adapter_mb": None, "public_mb": None}
+    mib = 2 ** 20
+    adapter = [sum(u + d for u, d in zip(b["upload"], b["download"])) / len(b["upload"]) for b in rounds]
+    public = [b.get("public_pool", 0) / len(b["upload"]) for b in rounds]
+    return {"adapter_mb": sum(adapter) / len(adapter) / mib, "public_mb": sum(public) / len(public) / mib}
+
+
+def mb(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.1f}" if x >= 1 else f"{x:.3f}")
 
 
 def fmt(x: float | None) -> str:
@@ -57,15 +76,16 @@ def se_text(r: dict) -> str:
 
 
 def table(run_dirs: list[Path]) -> str:
-    lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'SE (prompts x n)':>17} {'best':>6} | "
-             "paper (table: base final/best)"]
+    lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'SE (prompts x n)':>17} {'best':>6} "
+             f"{'MB/round/client':>15} {'public MB':>9} | paper (table: base final/best)"]
     for d in run_dirs:
         r = read_run(d)
         paper = paper_entries(r["cell"])
         base = BASE.get((r["cell"].model, r["cell"].dataset)) if r["cell"] else None
         refs = "; ".join(f"T{t}: {fmt(base)} {fmt(final)}/{fmt(best)}" for t, final, best in paper) or "-"
         lines.append(f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "
-                     f"{se_text(r):>17} {100 * r['best']:>6.1f} | {refs}")
+                     f"{se_text(r):>17} {100 * r['best']:>6.1f} {mb(r['adapter_mb']):>15} {mb(r['public_mb']):>9} "
+                     f"| {refs}")
     return "\n".join(lines)
 
 

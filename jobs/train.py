@@ -96,20 +96,23 @@ def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float)
 
 
 def _round_record(r: int, parts: list[int], steps: list[dict], avg: list[dict], num_actors: int,
-                  adapter_bytes: int) -> dict:
+                  adapter_bytes: int, comm: dict) -> dict:
     """The round's metrics; per-client lists are in the order of `parts` (the round's participants)."""
     return {
         "round": r, "participants": parts, "steps": steps, "drift_sq": [a["drift_sq"] for a in avg],
         "time": {},  # run_round fills in the breakdown (pubswap/timing.py)
-        # adapters move between actors, not logical clients: a ring allreduce sends 2(A-1)/A of it per actor
-        "bytes": {"adapter": adapter_bytes, "broadcast": num_actors * adapter_bytes,
-                  "allreduce": 2 * (num_actors - 1) * adapter_bytes,
+        # upload / download: what each participant sends and receives under the aggregation strategy
+        # (values + positions for sparse payloads, in the dtype sent); public_pool: the public steps'
+        # responses, up to the server and back (all clients). Adapters move between actors, not logical
+        # clients: a ring allreduce among A actors sends 2(A-1)/A of the averaged tensors per actor.
+        "bytes": {"adapter": adapter_bytes, "upload": comm["upload"], "download": comm["download"],
+                  "broadcast": num_actors * adapter_bytes, "allreduce": 2 * (num_actors - 1) * adapter_bytes,
                   "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps)},
         "reward_mean": [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(len(parts))],
     }
 
 
-def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tuple[dict, Adapter]:
+def run_round(fed, cfg: RunConfig, r: int, start: Adapter, t0: float) -> tuple[dict, Adapter]:
     """tau local steps (public ones for PubSwap), the average, and (if due) the evaluation of round r.
 
     Every client holds the round-start global adapter with a fresh optimizer when this is called; the
@@ -129,8 +132,8 @@ def run_round(fed, cfg: RunConfig, r: int, adapter_bytes: int, t0: float) -> tup
             bar.write(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0))
             sys.stdout.flush()
             bar.update()
-    global_adapter, avg = fed.average(r, parts)
-    record = _round_record(r, parts, steps, avg, len(fed.actors), adapter_bytes)
+    global_adapter, avg, comm = fed.average(r, parts, start)
+    record = _round_record(r, parts, steps, avg, len(fed.actors), num_bytes(start), comm)
     if r % cfg.eval_every == 0 or r == f.rounds:
         record.update(eval_record(fed.evaluate(r)))
     actor_times = fed.take_timing()
@@ -250,13 +253,12 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             start = ckpt.round + 1
             print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
                   f"{len(records)} rounds of metrics kept", flush=True)
-        adapter_bytes = num_bytes(global_adapter)
         logger = RunLogger(run_dir, cfg.logger, f.tau, cfg.to_dict(), records)
         plot_path = run_dir / "progress.png"
         for r in range(start, f.rounds + 1):
             for attempt in range(ft.max_round_retries + 1):
                 try:
-                    record, new_global = run_round(fed, cfg, r, adapter_bytes, t0)
+                    record, new_global = run_round(fed, cfg, r, global_adapter, t0)
                     break
                 except ActorLost as e:
                     if attempt == ft.max_round_retries:

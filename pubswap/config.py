@@ -30,8 +30,24 @@ class ConfigError(ValueError):
     """A config key is unknown or its value is invalid; the message names the dotted key."""
 
 
+def _check_aggregation_kwargs(f) -> None:
+    from pubswap.aggregation import STRATEGIES, strategy_params
+
+    known = strategy_params(f.aggregation)
+    for key, value in f.aggregation_kwargs.items():
+        if key not in known:
+            raise ConfigError(f"federation.aggregation_kwargs.{key}: not a parameter of {f.aggregation} "
+                              f"(it takes {known or 'none'})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"federation.aggregation_kwargs.{key}: must be a number, got {value!r}")
+    try:
+        STRATEGIES[f.aggregation](**f.aggregation_kwargs)
+    except ValueError as e:
+        raise ConfigError(f"federation.aggregation_kwargs: {e}") from None
+
+
 METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random")
-AGGREGATIONS = ("fedit",)  # further strategies register here as they land
+AGGREGATIONS = ("fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu")  # pubswap/aggregation/
 WEIGHTINGS = ("uniform", "samples")
 REWARDS = ("auto", "math", "exact", "choice", "reasoning_gym")
 SOURCE_REWARDS = {"reasoning_gym": "reasoning_gym", "math": "math", "deepmath": "math", "medical": "choice"}
@@ -92,7 +108,9 @@ class FederationConfig:
     rounds: int = 10
     tau: int = 10  # local steps per round
     swap_period: int = 2  # every swap_period-th local step is a public step
-    aggregation: str = "fedit"
+    aggregation: str = "fedit"  # fedit | ffa-lora | flexlora | fed-dare | fedsrd | fedsrd-e | fedicu
+    # the strategy's own parameters, e.g. {p: 0.9} for fed-dare, {download_p: 0.8} for fedsrd
+    aggregation_kwargs: dict[str, float] = field(default_factory=dict)
     weighting: str = "uniform"
     fedprox_mu: float = 0.01
     # partial participation: each round a seeded subset of clients trains and is averaged
@@ -369,6 +387,7 @@ def validate(cfg: RunConfig) -> None:
         need(f.swap_period < f.tau, "federation.swap_period",
              f"must be < federation.tau (paper: tau_swap < tau), got {f.swap_period} >= {f.tau}")
     need(f.aggregation in AGGREGATIONS, "federation.aggregation", f"must be one of {AGGREGATIONS}")
+    _check_aggregation_kwargs(f)
     need(f.weighting in WEIGHTINGS, "federation.weighting", f"must be one of {WEIGHTINGS}")
     need(f.fedprox_mu >= 0, "federation.fedprox_mu", "must be >= 0")
     need(0 < f.participation <= 1, "federation.participation", f"must be in (0, 1], got {f.participation}")

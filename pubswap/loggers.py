@@ -67,8 +67,8 @@ def round_scalars(record: dict) -> dict[str, float]:
     drift = record.get("drift_sq") or []
     if drift:
         out["fed/drift_sq"] = sum(drift) / len(drift)
-    for key, value in (record.get("bytes") or {}).items():
-        out[f"fed/bytes_{key}"] = value
+    for key, value in (record.get("bytes") or {}).items():  # upload / download: per participant, logged as the mean
+        out[f"fed/bytes_{key}"] = sum(value) / len(value) if isinstance(value, list) else value
     t = record.get("time") or {}
     if "round_s" in t:
         out["timing_s/round"] = t["round_s"]

@@ -114,6 +114,9 @@ class LoraGRPOTrainer:
         for p in self.model.parameters():
             if p.requires_grad:
                 p.data = p.data.float()  # LoRA weights, their gradients and the AdamW state in fp32
+        for name, p in self.model.named_parameters():
+            if p.requires_grad and strategy is not None and not strategy.trains(name):
+                p.requires_grad_(False)  # e.g. FFA-LoRA's A: kept at its seeded initialisation
         ckpt = grpo.gradient_checkpointing if grpo.gradient_checkpointing is not None else self.device.type == "cuda"
         if ckpt:
             # non-reentrant checkpointing needs no input grads (the embeddings are frozen)
@@ -324,8 +327,9 @@ class LoraGRPOTrainer:
     def _lora_params_by_adapter_key(self) -> dict[str, Tensor]:
         """Live LoRA parameters keyed like the saved adapter (PEFT drops the '.default' adapter name)."""
         out = {}
-        for name, p in self.trainable().items():
-            out[name.replace(".default.", ".")] = p
+        for name, p in self.model.named_parameters():
+            if "lora_" in name:  # frozen ones too (FFA-LoRA's A): the anchor has every LoRA tensor
+                out[name.replace(".default.", ".")] = p
         if set(out) != set(self.anchor):
             raise RuntimeError("LoRA parameter names do not match the adapter's keys")
         return out

@@ -30,7 +30,7 @@ def test_allreduce_gives_every_client_the_weighted_mean(federation):
     distinct = [{k: v + torch.randn(v.shape, generator=gen) * (i + 1) for k, v in base.items()} for i in range(3)]
     ray.get([c.set_global.remote(a) for c, a in zip(fed.actors, distinct)])
     pre = ray.get([c.get_adapter.remote() for c in fed.actors])
-    averaged, metrics = fed.average(1, [0, 1, 2])
+    averaged, metrics, _ = fed.average(1, [0, 1, 2], base)
     post = ray.get([c.get_adapter.remote() for c in fed.actors])
     w = [fed.weights([0, 1, 2])[c] for c in range(3)]
     assert w == pytest.approx([1 / 3] * 3)  # equal client sizes -> equal sample weights

@@ -13,7 +13,7 @@ import torch
 
 from jobs.federation import Federation
 from jobs.train import build_split, run_round
-from pubswap.lora import flatten, num_bytes
+from pubswap.lora import flatten
 from pubswap.participation import participants
 from ray_helpers import RAY_ENV, tiny_config
 
@@ -33,7 +33,7 @@ def one_round(cfg, model_dir, run_dir):
     try:
         start = fed.initial_adapter()
         fed.set_global(start)
-        record, averaged = run_round(fed, cfg, 1, num_bytes(start), time.perf_counter())
+        record, averaged = run_round(fed, cfg, 1, start, time.perf_counter())
         home = {c: a for a, cids in enumerate(fed.assignment) for c in cids}
         pre = {c: ray.get(fed.actors[home[c]].get_pre_average.remote(c)) for c in range(cfg.federation.num_clients)}
         post = {c: ray.get(fed.actors[home[c]].get_adapter.remote(c)) for c in range(cfg.federation.num_clients)}

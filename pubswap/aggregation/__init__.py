@@ -1,25 +1,43 @@
-"""Aggregation strategies: one module each behind `AggregationStrategy`.
+"""Aggregation strategies: one module each behind `AggregationStrategy` (base.py explains the round).
 
-    strategy = make_strategy(cfg.federation)
-    global_adapter = strategy.aggregate(client_adapters, weights)
-    loss = loss + strategy.client_penalty(params, global_adapter)   # FedProx; zero for FedIT
+    strategy = make_strategy(cfg.federation)          # federation.aggregation (+ aggregation_kwargs)
+    result = strategy.run_round(start, trained, weights, seed, round_idx)   # or split across actors
+    loss = loss + strategy.client_penalty(params, global_adapter)           # FedProx; zero otherwise
 """
 
-from pubswap.aggregation.base import AggregationStrategy, normalized_weights
+import inspect
+
+from pubswap.aggregation.base import AggregationStrategy, Context, RoundResult, normalized_weights
+from pubswap.aggregation.fed_dare import FedDARE
+from pubswap.aggregation.fedicu import FedICU
 from pubswap.aggregation.fedit import FedIT
 from pubswap.aggregation.fedprox import FedProx
+from pubswap.aggregation.fedsrd import FedSRD, FedSRDe
+from pubswap.aggregation.ffa_lora import FFALoRA
+from pubswap.aggregation.flexlora import FlexLoRA
+from pubswap.aggregation.payload import Sparse, payload_bytes
 
-STRATEGIES: dict[str, type[AggregationStrategy]] = {"fedit": FedIT, "fedprox": FedProx}
+STRATEGIES: dict[str, type[AggregationStrategy]] = {
+    s.name: s for s in (FedIT, FFALoRA, FlexLoRA, FedDARE, FedSRD, FedSRDe, FedICU)
+}
+
+
+def strategy_params(name: str) -> list[str]:
+    """The keyword arguments `federation.aggregation_kwargs` may set for strategy `name`."""
+    return [p for p in inspect.signature(STRATEGIES[name].__init__).parameters if p != "self"
+            and inspect.signature(STRATEGIES[name].__init__).parameters[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
 
 
 def make_strategy(federation) -> AggregationStrategy:
-    """The strategy a FederationConfig asks for (fedprox-grpo = FedIT averaging + the proximal term)."""
-    if federation.uses_prox:
-        return FedProx(mu=federation.fedprox_mu)
+    """The strategy a FederationConfig asks for; fedprox-grpo adds the proximal term to it."""
     try:
-        return STRATEGIES[federation.aggregation]()
+        cls = STRATEGIES[federation.aggregation]
     except KeyError:
         raise ValueError(f"unknown aggregation {federation.aggregation!r}; known: {sorted(STRATEGIES)}") from None
+    strategy = cls(**dict(getattr(federation, "aggregation_kwargs", None) or {}))
+    return FedProx(mu=federation.fedprox_mu, inner=strategy) if federation.uses_prox else strategy
 
 
-__all__ = ["AggregationStrategy", "FedIT", "FedProx", "STRATEGIES", "make_strategy", "normalized_weights"]
+__all__ = ["AggregationStrategy", "Context", "FFALoRA", "FedDARE", "FedICU", "FedIT", "FedProx", "FedSRD",
+           "FedSRDe", "FlexLoRA", "RoundResult", "STRATEGIES", "Sparse", "make_strategy", "normalized_weights",
+           "payload_bytes", "strategy_params"]

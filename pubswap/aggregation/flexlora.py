@@ -1,0 +1,32 @@
+"""FlexLoRA (Bai et al., NeurIPS 2024): average the full products, truncate to rank r with an SVD.
+
+    W = sum_i w_i B_i A_i,   W ~ U_r S_r V_r^T,   B = U_r S_r^(1/2),   A = S_r^(1/2) V_r^T
+
+Clients send their dense A and B (r (m + d) values per module) and receive the new factors. The
+product is never formed (pubswap/aggregation/lowrank.py). Splitting S evenly between B and A is our
+choice of gauge (the paper fixes only the product). The new global is the best rank-r approximation of
+the mean product, so when the clients' products together have rank <= r it is that mean exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pubswap.aggregation.base import AggregationStrategy, Context, lora_pairs, normalized_weights
+from pubswap.aggregation.lowrank import balanced_factors, stack_products
+from pubswap.aggregation.payload import Payload, dense
+from pubswap.lora import Adapter
+
+
+class FlexLoRA(AggregationStrategy):
+    name = "flexlora"
+    linear = False
+
+    def server_aggregate(self, start: Adapter, uploads: Sequence[Payload], weights, ctx: Context) -> Payload:
+        w = normalized_weights(weights, len(uploads))
+        out = {}
+        for ka, kb in lora_pairs(start):
+            L, R = stack_products([dense(u[kb]) for u in uploads], [dense(u[ka]) for u in uploads], w)
+            B, A = balanced_factors(L, R, start[ka].shape[0])
+            out[ka], out[kb] = A.to(start[ka].dtype), B.to(start[kb].dtype)
+        return out
