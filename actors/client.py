@@ -37,7 +37,7 @@ from pubswap.data.prompt_length import chat_prompt_ids
 from pubswap.data.rows import Row
 from pubswap.faults import maybe_crash
 from pubswap.grpo import group_advantages, zero_advantage_fraction
-from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, unflatten
+from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, truncate_rank, unflatten
 from pubswap.rewards import in_format, make_row_reward
 from pubswap.seeding import derive_seed
 from pubswap.swap import Response
@@ -92,6 +92,7 @@ class LogicalClient:
     adapter: Adapter
     optimizer: torch.optim.Optimizer
     engine_dir: Path | None = None  # the adapter folder the engine serves for this client
+    rank: int | None = None  # below the adapters' rank: this client holds only its first `rank` components
     pre_average: Adapter | None = None  # the adapter it had trained when the round's average began
 
 
@@ -121,7 +122,7 @@ class ClientCore:
         r = c.rollout
         if not torch.cuda.is_available():
             bind_engine_cores(slot, c.resources.cpus_per_client)
-        self.engine = make_engine(r.backend, model_dir, lora_rank=c.lora.r,
+        self.engine = make_engine(r.backend, model_dir, lora_rank=c.lora.max_r,
                                   max_model_len=c.model.max_prompt_len + c.model.max_response_len,
                                   dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
                                   kv_cache_gib=r.kv_cache_gib,
@@ -129,12 +130,18 @@ class ClientCore:
                                   max_num_seqs=r.max_num_seqs or self._default_max_num_seqs(len(shards)),
                                   max_loras=len(shards), enforce_eager=r.enforce_eager,
                                   max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
-                                  lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.r)
+                                  lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.max_r)
         self._engine_dtype = DTYPES[c.model.dtype]
         self.reward_fn = make_row_reward(c.data, c.seed)
         initial = self.trainer.adapter()
-        self.clients = {cid: LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer())
-                        for cid, rows in sorted(shards.items())}
+        self.global_adapter = initial  # what the server holds; a client of lower rank holds a truncation
+        self.clients = {}
+        for cid, rows in sorted(shards.items()):
+            rank = c.lora.client_rank(cid)
+            client = LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer(),
+                                   rank=rank if rank < c.lora.max_r else None)
+            client.adapter = self._held_by(client, initial)
+            self.clients[cid] = client
         self._version = 0
         self._active: int | None = None  # whose weights the trainer holds
         for cid in self.clients:
@@ -186,15 +193,22 @@ class ClientCore:
         if self._active != cid:
             client = self.clients[cid]
             self.trainer.activate(client.adapter, client.optimizer)
+            self.trainer.rank = client.rank
             self._active = cid
+
+    @staticmethod
+    def _held_by(client: LogicalClient, adapter: Adapter) -> Adapter:
+        return adapter if client.rank is None else truncate_rank(adapter, client.rank)
 
     @timed_call
     def set_global(self, adapter: Adapter) -> None:
         """Round start: every hosted client takes the global adapter and a fresh optimizer (paper: per round)."""
         self.trainer.set_adapter(adapter, reset_optimizer=True)  # also the anchor of the client penalty
         global_adapter = self.trainer.adapter()
+        self.global_adapter = global_adapter
         for cid, client in self.clients.items():
-            client.adapter = global_adapter  # shared until the client trains (tensors are replaced, not mutated)
+            # shared until the client trains (tensors are replaced, not mutated)
+            client.adapter = self._held_by(client, global_adapter)
             client.optimizer = self.trainer.new_optimizer()
             self._sync_engine(cid)
         self._active = None
@@ -352,7 +366,7 @@ class ClientCore:
                 maybe_crash("client", round_idx, 0, "average", cid)
                 client = self.clients[cid]
                 client.pre_average = client.adapter
-                out[cid] = strategy.upload(start, client.adapter, Context(self.cfg.seed, round_idx, cid))
+                out[cid] = strategy.upload(start, client.adapter, Context(self.cfg.seed, round_idx, cid, client.rank))
         return out
 
     @timed_call
@@ -375,8 +389,18 @@ class ClientCore:
         set_global/average): {"rewards": per prompt, "in_format": per prompt}."""
         if not rows:
             return {"rewards": [], "in_format": []}
-        ((_, groups),) = self._rollout([(self.ids[0], rows)], self.cfg.eval_n, self.cfg.grpo.val_temperature,
-                                       ("eval", round_idx), phase="eval")
+        client = self.clients[self.ids[0]]
+        own = client.adapter
+        if own is not self.global_adapter:  # a client of lower rank: serve the global adapter meanwhile
+            client.adapter = self.global_adapter
+            self._sync_engine(client.id)
+        try:
+            ((_, groups),) = self._rollout([(client.id, rows)], self.cfg.eval_n, self.cfg.grpo.val_temperature,
+                                           ("eval", round_idx), phase="eval")
+        finally:
+            if own is not self.global_adapter:
+                client.adapter = own
+                self._sync_engine(client.id)
         return {"rewards": [[r.reward for r in g] for g in groups],
                 "in_format": [[in_format(r.text, self.cfg.data.verifier) for r in g] for g in groups]}
 

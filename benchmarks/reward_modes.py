@@ -45,7 +45,7 @@ def main() -> None:
     model_dir = resolve_model(cfg.model.path, Path(cfg.run_dir).resolve().parent / "_models")
     split = build_split(cfg, model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    engine = VLLMEngine(model_dir, cfg.lora.r, cfg.model.max_prompt_len + cfg.model.max_response_len,
+    engine = VLLMEngine(model_dir, cfg.lora.max_r, cfg.model.max_prompt_len + cfg.model.max_response_len,
                         cfg.model.dtype, cfg.seed, max_num_seqs=64, merged=True)
     pids = [chat_prompt_ids(tok, r.prompt, r.context) for r in split.test]
     seeds = [derive_seed(cfg.seed, "eval", 0, 0, i) for i in range(len(pids))]

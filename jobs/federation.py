@@ -125,7 +125,7 @@ class Federation:
                                      f"CUDA device ({rep.get('cuda_error', 'a CPU build of torch?')}): install the "
                                      "project's [gpu] extra there")
         card = min(reports, key=lambda rep: rep["total_bytes"])  # the smallest card bounds every actor
-        shape = model_shape(model_dir, c.lora.r, c.lora.alpha, c.lora.target_modules)
+        shape = model_shape(model_dir, c.lora.max_r, c.lora.alpha, c.lora.target_modules)
         budget = plan_budget(c, shape, card["total_bytes"], gpus, max(len(a) for a in self.assignment),
                              card_name=card.get("gpu_name", "GPU"))
         print(budget.line(), flush=True)

@@ -66,10 +66,20 @@ class ModelConfig:
 
 @dataclass
 class LoraConfig:
-    r: int = 32
+    # one rank for every client, or one per client (FlexLoRA's heterogeneous ranks): the adapters are
+    # then rank max(r) for everyone (engine, trainer, checkpoint), and client i trains and holds only
+    # its first r[i] components (the others stay zero, their gradients are zeroed); scale alpha / max(r)
+    r: int | list[int] = 32
     alpha: int = 64
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+    @property
+    def max_r(self) -> int:
+        return max(self.r) if isinstance(self.r, list) else self.r
+
+    def client_rank(self, cid: int) -> int:
+        return self.r[cid] if isinstance(self.r, list) else self.r
 
 
 @dataclass
@@ -351,7 +361,15 @@ def validate(cfg: RunConfig) -> None:
     need(m.max_prompt_len > 0, "model.max_prompt_len", "must be > 0")
     need(m.max_response_len > 0, "model.max_response_len", "must be > 0")
 
-    need(lo.r > 0, "lora.r", "must be > 0")
+    if isinstance(lo.r, list):
+        need(len(lo.r) == f.num_clients, "lora.r",
+             f"a list of per-client ranks needs one per client (federation.num_clients={f.num_clients}), got {len(lo.r)}")
+        need(all(r > 0 for r in lo.r), "lora.r", f"every rank must be > 0, got {lo.r}")
+        need(f.aggregation == "flexlora" or len(set(lo.r)) == 1, "lora.r",
+             "per-client ranks need federation.aggregation=flexlora (its SVD orders the components, so a "
+             f"client's first r[i] are its best rank-r[i] part), got {f.aggregation}")
+    else:
+        need(lo.r > 0, "lora.r", "must be > 0")
     need(lo.alpha > 0, "lora.alpha", "must be > 0")
     need(0.0 <= lo.dropout < 1.0, "lora.dropout", "must be in [0, 1)")
     need(len(lo.target_modules) > 0, "lora.target_modules", "must name at least one module")

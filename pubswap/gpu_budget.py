@@ -163,7 +163,7 @@ def plan(cfg, shape: ModelShape, card_bytes: int, share: float, clients_per_acto
     m, g = cfg.model, cfg.grpo
     ckpt = g.gradient_checkpointing if g.gradient_checkpointing is not None else on_cuda
     trainer = trainer_need(shape, m.dtype, clients_per_actor, g.micro_batch_tokens, g.logprob_chunk, ckpt)
-    engine = engine_need(shape, m.dtype, m.max_prompt_len + m.max_response_len, clients_per_actor, cfg.lora.r,
-                         vllm_max_lora_rank(cfg.lora.r))
+    engine = engine_need(shape, m.dtype, m.max_prompt_len + m.max_response_len, clients_per_actor, cfg.lora.max_r,
+                         vllm_max_lora_rank(cfg.lora.max_r))
     return split_gpu(card_bytes, share, cfg.rollout.gpu_memory_utilization, trainer, engine,
                      sleep_mode=cfg.rollout.sleep_mode, card_name=card_name)

@@ -129,5 +129,19 @@ def squared_distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor
     return sum(((a[k].float() - b[k].float()) ** 2).sum() for k in sorted(a)) if a else torch.zeros(())
 
 
+def truncate_rank(adapter: Mapping[str, Tensor], r: int) -> Adapter:
+    """The adapter with only its first r rank components: rows r.. of every A and columns r.. of every
+    B set to zero (new tensors; unchanged ones are shared)."""
+    out = dict(adapter)
+    for k, v in adapter.items():
+        if "lora_A" in k and v.shape[0] > r and bool(v[r:].any()):
+            out[k] = v.clone()
+            out[k][r:] = 0
+        elif "lora_B" in k and v.shape[1] > r and bool(v[:, r:].any()):
+            out[k] = v.clone()
+            out[k][:, r:] = 0
+    return out
+
+
 def num_bytes(adapter: Mapping[str, Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in adapter.values())

@@ -105,11 +105,12 @@ class LoraGRPOTrainer:
         torch.manual_seed(seed)
         self.grpo = grpo
         self.strategy = strategy
+        self.rank: int | None = None  # the active client's rank when below the adapters' (FlexLoRA); None: all
         self.pad_id = pad_id
         self.device = torch.device(device) if device is not None else default_device()
         base_model.config.use_cache = False
         base_model.to(self.device)
-        self.model = get_peft_model(base_model, peft_lora_config(lora.r, lora.alpha, lora.target_modules,
+        self.model = get_peft_model(base_model, peft_lora_config(lora.max_r, lora.alpha, lora.target_modules,
                                                                  lora.dropout, base_model=base_model_name))
         for p in self.model.parameters():
             if p.requires_grad:
@@ -308,6 +309,8 @@ class LoraGRPOTrainer:
                         if p.requires_grad:
                             p.backward()
                         penalty = float(p.detach())
+                    if self.rank is not None:
+                        self._zero_grads_beyond_rank()
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
                     if torch.isfinite(grad_norm):
                         self.optimizer.step()
@@ -323,6 +326,17 @@ class LoraGRPOTrainer:
         metrics.update({k: v / updates for k, v in sums.items()})
         metrics.update(micro_batches=len(flat_mbs), updates=updates, skipped_updates=skipped)
         return metrics
+
+    def _zero_grads_beyond_rank(self) -> None:
+        """A client of rank r < max rank trains only the first r components: rows r.. of every A and
+        columns r.. of every B get no gradient (they are zero, and AdamW keeps them zero)."""
+        for name, p in self.model.named_parameters():
+            if p.grad is None:
+                continue
+            if "lora_A" in name:
+                p.grad[self.rank:] = 0
+            elif "lora_B" in name:
+                p.grad[:, self.rank:] = 0
 
     def _lora_params_by_adapter_key(self) -> dict[str, Tensor]:
         """Live LoRA parameters keyed like the saved adapter (PEFT drops the '.default' adapter name)."""

@@ -71,6 +71,19 @@ def test_strategy_runs_two_rounds_through_ray(name, local_ray, digit_model_dir, 
     SHAS[name] = final_sha(cfg.run_dir)
 
 
+def test_flexlora_with_per_client_ranks_through_ray(local_ray, digit_model_dir, tmp_path):
+    """lora.r = [4, 8]: client 0 trains, sends and keeps 4 of the 8 components; the global stays rank 8."""
+    cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.aggregation=flexlora", "lora.r=[4, 8]")
+    train(cfg)
+    records = metrics(cfg.run_dir)
+    g0, g1, g2 = adapters(tmp_path / "run")
+    dense = sum(v.numel() * 4 for v in g0.values())
+    for r in records:
+        assert r["bytes"]["upload"] == r["bytes"]["download"] == [dense // 2, dense]
+    assert all(v.shape[0] == 8 for k, v in g2.items() if "lora_A" in k)
+    assert any(g2[k][4:].abs().sum() > 0 for k in g2 if "lora_A" in k)  # the server's global uses all 8
+
+
 def test_a_client_killed_while_uploading_to_the_server_is_restarted_bitwise(local_ray, digit_model_dir, tmp_path):
     if "fedsrd" not in SHAS:
         pytest.skip("needs the uninterrupted fedsrd run of test_strategy_runs_two_rounds_through_ray")

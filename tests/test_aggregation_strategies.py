@@ -240,3 +240,21 @@ def test_fedprox_wraps_any_strategy():
     assert prox.linear is False and prox.name == "fedprox+flexlora"
     a, b = prox.run_round(start, trained), FlexLoRA().run_round(start, trained)
     assert all(torch.equal(a.adapter[k], b.adapter[k]) for k in start)
+
+
+def test_flexlora_with_per_client_ranks():
+    gen = torch.Generator().manual_seed(10)
+    start = adapter(gen)  # rank 2 adapters
+    trained = trained_from(start, gen, 2, scale=1.0)
+    trained[0] = {k: (v.clone().index_fill_(0, torch.tensor([1]), 0) if "lora_A" in k
+                      else v.clone().index_fill_(1, torch.tensor([1]), 0)) for k, v in trained[0].items()}  # rank 1
+    res = FlexLoRA().run_round(start, trained, ranks=[1, None])
+    assert res.upload_bytes == [4 * 1 * (11 + 7), 4 * 2 * (11 + 7)]  # r_i (m + d) values per module
+    assert res.download_bytes == [4 * 1 * (11 + 7), 4 * 2 * (11 + 7)]
+    for a, b in ((A1, B1), (A2, B2)):
+        mean = (product(trained[0], a, b) + product(trained[1], a, b)) / 2
+        u, s, vh = torch.linalg.svd(mean)
+        assert torch.allclose(product(res.adapter, a, b), u[:, :2] @ torch.diag(s[:2]) @ vh[:2], atol=1e-5)
+        # the rank-1 client keeps the first component: the best rank-1 approximation
+        kept = res.adapter[b][:, :1].double() @ res.adapter[a][:1].double()
+        assert torch.allclose(kept, s[0] * torch.outer(u[:, 0], vh[0]), atol=1e-5)

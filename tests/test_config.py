@@ -70,6 +70,10 @@ def test_unknown_yaml_key_is_named(tmp_path, model_dir):
     ("grpo.K=2.5", "grpo.K"),
     ("grpo.K=true", "grpo.K"),
     ("data.dirichlet_alpha=0", "data.dirichlet_alpha"),
+    ("federation.aggregation=fedavg", "federation.aggregation"),
+    ("lora.r=[8, 4, 4]", "lora.r"),  # 4 clients by default: one rank each
+    ("lora.r=[8, 4, 4, 0]", "lora.r"),
+    ("federation.aggregation_kwargs={p: 0.5}", "federation.aggregation_kwargs.p"),  # fedit takes none
 ])
 def test_invalid_values_are_rejected_naming_the_key(model_dir, override, key):
     with pytest.raises(ConfigError, match=f"^{key}"):
@@ -114,3 +118,16 @@ def test_rollout_and_resources_are_validated(model_dir):
         load_config(None, [f"model.path={model_dir}", "resources.placement_strategy=RANDOM"])
     c = load_config(None, [f"model.path={model_dir}", "resources.gpus_per_client=0.5"])
     assert c.resources.gpus_per_client == 0.5
+
+
+def test_per_client_ranks_need_flexlora_and_strategy_kwargs_are_checked(model_dir):
+    with pytest.raises(ConfigError, match="^lora.r: per-client ranks need federation.aggregation=flexlora"):
+        load_config(None, [f"model.path={model_dir}", "lora.r=[8, 4, 4, 8]"])
+    c = load_config(None, [f"model.path={model_dir}", "lora.r=[8, 4, 4, 8]", "federation.aggregation=flexlora"])
+    assert c.lora.max_r == 8 and [c.lora.client_rank(i) for i in range(4)] == [8, 4, 4, 8]
+    c = load_config(None, [f"model.path={model_dir}", "federation.aggregation=fedsrd",
+                           "federation.aggregation_kwargs={download_p: 0.9, prune_base: 0.8}"])
+    assert c.federation.aggregation_kwargs == {"download_p": 0.9, "prune_base": 0.8}
+    with pytest.raises(ConfigError, match="^federation.aggregation_kwargs: download_p must be in"):
+        load_config(None, [f"model.path={model_dir}", "federation.aggregation=fedsrd",
+                           "federation.aggregation_kwargs={download_p: 1}"])

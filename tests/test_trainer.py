@@ -56,3 +56,35 @@ def test_zero_advantages_change_nothing_without_kl_or_prox(tiny_model_dir):
     before = t.adapter()
     t.step([Sample((1, 2), (3, 4), 0.0), Sample((1, 2), (5, 6), 0.0)])
     assert all(torch.equal(before[k], v) for k, v in t.adapter().items())
+
+
+def test_ffa_lora_trains_b_only_and_a_lower_rank_client_only_its_components(tiny_model_dir):
+    from pubswap.aggregation import FFALoRA, FlexLoRA
+    from pubswap.lora import truncate_rank
+
+    batch = [Sample((5, 6, 7), (20, 21), 1.0), Sample((5, 6, 7), (30, 31), -1.0)]
+    ffa = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(lr=1e-2), dtype="float32",
+                               strategy=FFALoRA())
+    before = ffa.adapter()
+    ffa.step(batch)
+    ffa.step(batch)
+    after = ffa.adapter()
+    assert all(torch.equal(before[k], after[k]) for k in before if "lora_A" in k)  # A: its seeded init
+    assert any(not torch.equal(before[k], after[k]) for k in before if "lora_B" in k)
+
+    # under FedProx the penalty would pull the zero components toward the full-rank global: the trainer
+    # must zero their gradients (plain LoRA leaves a zeroed component at zero by itself)
+    flex = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(lr=1e-2),
+                                dtype="float32", strategy=FedProx(mu=1.0, inner=FlexLoRA()))
+    gen = torch.Generator().manual_seed(0)
+    full = {k: v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in flex.adapter().items()}
+    flex.set_adapter(full)  # the round-start global, the penalty's anchor
+    flex.activate(truncate_rank(full, 3), flex.new_optimizer())
+    flex.rank = 3  # a client of rank 3 among rank-8 adapters
+    flex.step(batch)
+    flex.step(batch)
+    got = flex.adapter()
+    for k, v in got.items():
+        beyond = v[3:] if "lora_A" in k else v[:, 3:]
+        assert not beyond.any(), k  # components 3.. stay zero
+    assert any(not torch.equal(v, truncate_rank(flex.anchor, 3)[k]) for k, v in got.items() if "lora_B" in k)

@@ -47,6 +47,7 @@ class Context:
     seed: int = 0
     round: int = 1
     client: int | None = None  # None: the server, or the global adapter
+    rank: int | None = None  # the client's own LoRA rank when below the adapters' (FlexLoRA); None: all
 
 
 @dataclass
@@ -107,16 +108,22 @@ class AggregationStrategy(ABC):
         their round-start values."""
         return {k: (dense(download[k]).to(v.dtype) if k in download else v) for k, v in start.items()}
 
+    def download_bytes(self, download: Payload, rank: int | None = None) -> int:
+        """What the server sends one client (FlexLoRA sends a client of lower rank only its components)."""
+        return payload_bytes(download)
+
     def run_round(self, start: Adapter, trained: Sequence[Adapter], weights: Sequence[float] | None = None,
-                  seed: int = 0, round_idx: int = 1, clients: Sequence[int] | None = None) -> RoundResult:
+                  seed: int = 0, round_idx: int = 1, clients: Sequence[int] | None = None,
+                  ranks: Sequence[int | None] | None = None) -> RoundResult:
         """The whole round in one process; the Ray path splits it across actors with the same calls."""
         clients = list(range(len(trained))) if clients is None else list(clients)
+        ranks = [None] * len(clients) if ranks is None else list(ranks)
         for t in trained:
             self._check_same_keys([start, t])
-        uploads = [self.upload(start, t, Context(seed, round_idx, c)) for t, c in zip(trained, clients)]
+        uploads = [self.upload(start, t, Context(seed, round_idx, c, r)) for t, c, r in zip(trained, clients, ranks)]
         download = self.server_aggregate(start, uploads, weights, Context(seed, round_idx, None))
         new = self.apply_download(start, download, Context(seed, round_idx, None))
-        return RoundResult(new, [payload_bytes(u) for u in uploads], [payload_bytes(download)] * len(clients))
+        return RoundResult(new, [payload_bytes(u) for u in uploads], [self.download_bytes(download, r) for r in ranks])
 
     def aggregate(self, adapters: Sequence[Mapping[str, Tensor]], weights: Sequence[float] | None = None) -> Adapter:
         """A linear strategy's new global adapter from the clients' adapters: their weighted mean."""
