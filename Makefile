@@ -28,7 +28,8 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
 
-# the heavy fault drills (a hung client and a dead vLLM engine, ~3 min) that CI leaves out for time
+# the heavy fault drills CI leaves out for time (~6 min): a hung client and a dead vLLM engine, a SIGKILLed
+# driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill phases
 test-heavy: $(STAMP)
 	$(VPY) -m pytest -q tests -m heavy
 

@@ -32,6 +32,18 @@ def ft_reference(digit_model_dir, tmp_path_factory):
     return run_dir
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """Ray in this process (2 CPUs, no dashboard) for the tests of one module."""
+    import ray
+
+    from ray_helpers import RAY_ENV
+
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
+    yield
+    ray.shutdown()
+
+
 @pytest.fixture
 def ray_head():
     """A local `ray start --head` cluster (2 CPUs, dashboard on 127.0.0.1); yields the dashboard address."""

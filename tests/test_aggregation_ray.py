@@ -7,24 +7,15 @@ bitwise that of the uninterrupted run."""
 import json
 
 import pytest
-import ray
 import torch
 
 from jobs.train import train
-from pubswap.checkpoint import latest_checkpoint
 from pubswap.faults import ENV as FAULT_ENV
-from pubswap.lora import WEIGHTS_NAME, read_adapter
-from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver
+from pubswap.lora import read_adapter
+from ray_helpers import final_sha, ft_config, metrics, run_driver
 
 NEW = ["ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu"]
 SHAS: dict[str, str] = {}
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
-    yield
-    ray.shutdown()
 
 
 def adapters(run_dir):

@@ -48,6 +48,7 @@ def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, d
         assert got[tag] == ref[tag], tag
 
 
+@pytest.mark.heavy  # ~45 s; CI has the same rule on a real Lease in test_lease.py
 def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_resumes(ft_reference,
                                                                                       digit_model_dir, tmp_path):
     """From outside: after round 1 is committed, another node's driver takes the lease (as one would after
@@ -116,8 +117,9 @@ def ray_with_faults(tmp_path_factory):
     ray.shutdown()
 
 
-@pytest.mark.parametrize("client,step,phase,actors", [(1, 1, "private_train", 0), (0, 2, "public_answer", 0),
-                                                      (1, 0, "average", 0), (1, 2, "public_train", 1)])
+@pytest.mark.parametrize("client,step,phase,actors", [
+    (1, 1, "private_train", 0), pytest.param(0, 2, "public_answer", 0, marks=pytest.mark.heavy),
+    pytest.param(1, 0, "average", 0, marks=pytest.mark.heavy), (1, 2, "public_train", 1)])
 def test_client_killed_mid_round_is_restarted_and_the_round_redone(ft_reference, digit_model_dir, tmp_path,
                                                                    ray_with_faults, client, step, phase, actors,
                                                                    capsys):

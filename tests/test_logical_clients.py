@@ -15,17 +15,10 @@ from jobs.federation import Federation
 from jobs.train import build_split, run_round
 from pubswap.lora import flatten
 from pubswap.participation import participants
-from ray_helpers import RAY_ENV, tiny_config
+from ray_helpers import tiny_config
 
 SMALL = ["federation.rounds=1", "federation.tau=3", "grpo.b=1", "grpo.K=4", "model.max_response_len=1",
          "data.per_client=6", "data.public_size=8", "data.test_size=8", "resources.cpus_per_client=0.5"]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
-    yield
-    ray.shutdown()
 
 
 def one_round(cfg, model_dir, run_dir):

@@ -9,19 +9,11 @@ import json
 import time
 
 import pytest
-import ray
 import torch
 
 from jobs.train import train
 from pubswap.lora import read_adapter
-from ray_helpers import RAY_ENV, tiny_config
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
-    yield
-    ray.shutdown()
+from ray_helpers import tiny_config
 
 
 def public_steps(record):

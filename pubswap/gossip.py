@@ -1,0 +1,176 @@
+"""Serverless averaging on a graph: DSGD's mixing, CHOCO-SGD's compressed gossip, SeedFlood's flooding.
+
+Pure tensor code over the n clients' parameter dicts (full model or LoRA tensors only: the caller
+chooses which tensors take part), so it runs wherever the clients are hosted.
+
+DSGD (one gossip step):     x_i <- sum_j W_ij x_j   over i and its neighbours.
+CHOCO-SGD (Koloskova et al., 2019, Algorithm 1, after the local step): every client keeps a public
+copy xh_i that all its neighbours also hold;
+    q_i   = Q(x_i - xh_i)                        (compressed: top-k or rand-k values + indices)
+    xh_j += q_j  for j in i and its neighbours   (the messages)
+    x_i  += gamma * sum_j W_ij (xh_j - xh_i)     (consensus step size gamma)
+With Q the identity and gamma = 1, xh_i = x_i after the messages and the step is DSGD's mixing
+(equal up to floating-point rounding).
+SeedFlood (Kim & Lee, 2026; its SubCGE detail is not public: this is OUR RECONSTRUCTION of the scheme
+as described): a client's update is zeroth-order, x <- x - lr * g * z(seed), with z(seed) a Gaussian
+direction regenerated from the seed and g a scalar (a two-point directional derivative), so the whole
+message is (step, origin, seed, g). Messages are flooded: each round a client forwards the messages
+it has not forwarded yet to its neighbours; after `diameter` rounds every client holds every
+message. All clients apply the messages of a step in the same order (origin id), so they rebuild
+bitwise the same parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from pubswap.seeding import derive_seed
+from pubswap.topology import Topology
+
+Params = dict[str, Tensor]
+
+
+def mix(W: Tensor, xs: Sequence[Mapping[str, Tensor]], topo: Topology) -> list[Params]:
+    """One DSGD gossip step: client i's new tensors are sum_j W_ij x_j over i and its neighbours."""
+    out = []
+    for i in range(len(xs)):
+        group = (i, *topo.neighbours[i])
+        out.append({k: sum(float(W[i, j]) * xs[j][k] for j in group) for k in xs[i]})
+    return out
+
+
+def consensus_distance(xs: Sequence[Mapping[str, Tensor]]) -> float:
+    """Mean over clients of ||x_i - mean x||^2 (over all tensors)."""
+    n = len(xs)
+    total = 0.0
+    for k in xs[0]:
+        mean = sum(x[k].double() for x in xs) / n
+        total += sum(float(((x[k].double() - mean) ** 2).sum()) for x in xs)
+    return total / n
+
+
+# --- compressors: what a CHOCO message holds -------------------------------------------------
+
+@dataclass(frozen=True)
+class Compressed:
+    values: Tensor
+    index: Tensor | None  # int32 flat positions; None: dense (the identity)
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.numel() * self.values.element_size() + (0 if self.index is None else 4 * self.index.numel())
+
+    def dense(self) -> Tensor:
+        if self.index is None:
+            return self.values.reshape(self.shape)
+        out = torch.zeros(int(torch.Size(self.shape).numel()), dtype=self.values.dtype)
+        out[self.index.long()] = self.values
+        return out.reshape(self.shape)
+
+
+def identity(t: Tensor, gen: torch.Generator | None = None) -> Compressed:
+    return Compressed(t.clone(), None, tuple(t.shape))
+
+
+def top_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Compressed]:
+    def compress(t: Tensor, gen=None) -> Compressed:
+        flat = t.reshape(-1)
+        k = max(1, round(fraction * flat.numel()))
+        idx = torch.topk(flat.abs(), k).indices.sort().values
+        return Compressed(flat[idx].clone(), idx.to(torch.int32), tuple(t.shape))
+    return compress
+
+
+def rand_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Compressed]:
+    """k random entries, unscaled (the biased rand-k of the CHOCO paper, contraction delta = k/d)."""
+    def compress(t: Tensor, gen=None) -> Compressed:
+        flat = t.reshape(-1)
+        k = max(1, round(fraction * flat.numel()))
+        idx = torch.randperm(flat.numel(), generator=gen)[:k].sort().values
+        return Compressed(flat[idx].clone(), idx.to(torch.int32), tuple(t.shape))
+    return compress
+
+
+@dataclass
+class Choco:
+    """CHOCO-SGD's gossip state: each client's public copy xh_i (held by it and its neighbours)."""
+    topo: Topology
+    gamma: float
+    compress: Callable = identity
+    seed: int = 0
+    public: list[Params] = field(default_factory=list)
+
+    def step(self, xs: Sequence[Mapping[str, Tensor]], t: int) -> tuple[list[Params], list[int]]:
+        """The consensus step after the local updates of step t; the new x's and each client's bytes sent
+        (one message per neighbour)."""
+        n = len(xs)
+        if not self.public:
+            self.public = [{k: torch.zeros_like(v) for k, v in x.items()} for x in xs]
+        W = self.topo.mixing()
+        sent = []
+        for i in range(n):
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, "choco", t, i))
+            q = {k: self.compress(xs[i][k] - self.public[i][k], gen) for k in xs[i]}
+            for k, c in q.items():
+                self.public[i][k] = self.public[i][k] + c.dense()
+            sent.append(sum(c.nbytes for c in q.values()) * len(self.topo.neighbours[i]))
+        out = []
+        for i in range(n):
+            group = self.topo.neighbours[i]
+            out.append({k: xs[i][k] + self.gamma * sum(float(W[i, j]) * (self.public[j][k] - self.public[i][k])
+                                                        for j in group) if group else xs[i][k].clone()
+                        for k in xs[i]})
+        return out, sent
+
+
+# --- SeedFlood ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, order=True)
+class SeedMessage:
+    step: int
+    origin: int
+    seed: int
+    scalar: float  # lr x projected gradient: the update is x -= scalar * z(seed)
+
+    NBYTES = 4 + 4 + 8 + 4  # step, origin (int32), seed (int64), scalar (fp32)
+
+
+def direction(seed: int, like: Mapping[str, Tensor]) -> Params:
+    """The Gaussian direction z(seed) over the tensors of `like` (sorted by name), regenerated anywhere."""
+    gen = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(like[k].shape, generator=gen, dtype=like[k].dtype) for k in sorted(like)}
+
+
+def apply_messages(x: Mapping[str, Tensor], messages: Sequence[SeedMessage]) -> Params:
+    """x after the messages, in their canonical order (step, origin): the same bits on every client."""
+    out = {k: v.clone() for k, v in x.items()}
+    for m in sorted(messages):
+        z = direction(m.seed, out)
+        for k in out:
+            out[k] -= m.scalar * z[k]
+    return out
+
+
+def flood(topo: Topology, new: Sequence[Sequence[SeedMessage]], held: list[set[SeedMessage]],
+          fresh: list[set[SeedMessage]]) -> list[int]:
+    """One flooding round: client i adds its `new[i]` messages, sends every message it has not yet
+    forwarded (`fresh[i]`) to each neighbour; returns the bytes each client sent. `held` / `fresh`
+    are updated in place."""
+    for i, msgs in enumerate(new):
+        held[i].update(msgs)
+        fresh[i].update(msgs)
+    outgoing = [set(f) for f in fresh]
+    sent = [len(o) * SeedMessage.NBYTES * len(topo.neighbours[i]) for i, o in enumerate(outgoing)]
+    for f in fresh:
+        f.clear()
+    for i, o in enumerate(outgoing):
+        for j in topo.neighbours[i]:
+            unseen = o - held[j]
+            held[j].update(unseen)
+            fresh[j].update(unseen)
+    return sent

@@ -1,0 +1,150 @@
+"""Graphs, mixing matrices and the three gossip schemes on toy problems (no Ray, no model)."""
+
+import pytest
+import torch
+
+from pubswap.gossip import (Choco, SeedMessage, apply_messages, consensus_distance, direction, flood, identity, mix,
+                            rand_k, top_k)
+from pubswap.topology import grid_shape, make_topology
+
+
+@pytest.mark.parametrize("kind", ["ring", "meshgrid", "torus", "complete"])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 16, 32, 64, 128])
+def test_mixing_matrices_are_symmetric_and_doubly_stochastic(kind, n):
+    if kind == "complete" and n > 32:
+        n = 32  # O(n^2) edges; the property does not depend on size
+    g = make_topology(kind, n)
+    W = g.mixing()
+    assert torch.equal(W, W.T)
+    assert torch.allclose(W.sum(0), torch.ones(n, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(W.sum(1), torch.ones(n, dtype=torch.float64), atol=1e-12)
+    assert (W >= 0).all()
+    assert all((W[i, j] > 0) == (j in g.neighbours[i] or i == j) for i in range(n) for j in range(n))
+    assert 0 < g.spectral_gap() <= 1 or n == 1
+
+
+def test_known_diameters_and_grid_shapes():
+    assert make_topology("ring", 16).diameter() == 8 and make_topology("ring", 17).diameter() == 8
+    assert grid_shape(16) == (4, 4) and grid_shape(32) == (4, 8) and grid_shape(128) == (8, 16)
+    assert make_topology("meshgrid", 16).diameter() == 6  # (4-1) + (4-1): the grid does not wrap
+    assert make_topology("torus", 16).diameter() == 4
+    assert make_topology("complete", 8).diameter() == 1
+    mesh = make_topology("meshgrid", 16)
+    assert sorted(len(nb) for nb in mesh.neighbours) == [2] * 4 + [3] * 8 + [4] * 4
+    assert make_topology("edges", 3, [[0, 1], [1, 2]]).diameter() == 2
+    with pytest.raises(ValueError, match="not connected"):
+        make_topology("edges", 4, [[0, 1], [2, 3]])
+    with pytest.raises(ValueError, match="outside"):
+        make_topology("edges", 3, [[0, 5]])
+
+
+def test_dsgd_consensus_distance_shrinks_at_the_rate_the_spectral_gap_predicts():
+    """Pure mixing on a ring: the disagreement x - mean decays like |lambda_2|^t, so the consensus
+    distance (squared) like |lambda_2|^(2t)."""
+    n = 16
+    g = make_topology("ring", n)
+    W = g.mixing()
+    lam2 = 1 - g.spectral_gap()
+    gen = torch.Generator().manual_seed(0)
+    xs = [{"w": torch.randn(5, generator=gen, dtype=torch.float64)} for _ in range(n)]
+    d0 = consensus_distance(xs)
+    mean0 = sum(x["w"] for x in xs) / n
+    for _ in range(200):
+        xs = mix(W, xs, g)
+    d = consensus_distance(xs)
+    assert torch.allclose(sum(x["w"] for x in xs) / n, mean0, atol=1e-12)  # doubly stochastic: mean kept
+    rate = (d / d0) ** (1 / 200)
+    assert rate == pytest.approx(lam2 ** 2, rel=0.02)  # the slowest mode dominates after 200 steps
+    assert d <= d0 * lam2 ** (2 * 200) * 1.0001  # and never slower than the bound
+
+
+def test_dsgd_on_a_toy_quadratic_reaches_the_average_optimum():
+    """Client i minimises ||x - c_i||^2 / 2; DSGD with a decaying step converges to mean(c)."""
+    n = 8
+    g = make_topology("meshgrid", n)
+    W = g.mixing()
+    gen = torch.Generator().manual_seed(1)
+    c = [torch.randn(3, generator=gen, dtype=torch.float64) for _ in range(n)]
+    xs = [{"w": torch.zeros(3, dtype=torch.float64)} for _ in range(n)]
+    for t in range(3000):
+        lr = 1.0 / (t + 10)
+        xs = mix(W, [{"w": x["w"] - lr * (x["w"] - ci)} for x, ci in zip(xs, c)], g)
+    target = sum(c) / n
+    assert all(torch.allclose(x["w"], target, atol=5e-3) for x in xs)
+
+
+def test_choco_with_the_identity_compressor_is_dsgd():
+    n = 16
+    g = make_topology("ring", n)
+    W = g.mixing()
+    gen = torch.Generator().manual_seed(2)
+    xs = [{"a": torch.randn(4, 3, generator=gen, dtype=torch.float64), "b": torch.randn(7, generator=gen,
+                                                                                          dtype=torch.float64)}
+          for _ in range(n)]
+    choco = Choco(g, gamma=1.0, compress=identity)
+    a, b = xs, xs
+    for t in range(20):
+        grads = [{k: torch.randn(v.shape, generator=gen, dtype=torch.float64) for k, v in x.items()} for x in a]
+        a, sent = choco.step([{k: x[k] - 0.1 * gr[k] for k in x} for x, gr in zip(a, grads)], t)
+        b = mix(W, [{k: x[k] - 0.1 * gr[k] for k in x} for x, gr in zip(b, grads)], g)
+        for xa, xb in zip(a, b):
+            for k in xa:  # equal up to rounding: x + sum W (xh_j - xh_i) vs sum W x_j
+                assert torch.allclose(xa[k], xb[k], atol=1e-12, rtol=0)
+    assert sent == [8 * (12 + 7) * 2] * n  # dense float64 to both ring neighbours
+
+
+@pytest.mark.parametrize("compress", [top_k(0.25), rand_k(0.25)])
+def test_choco_with_compression_still_reaches_consensus(compress):
+    n = 16
+    g = make_topology("ring", n)
+    gen = torch.Generator().manual_seed(3)
+    xs = [{"w": torch.randn(40, generator=gen, dtype=torch.float64)} for _ in range(n)]
+    mean0 = sum(x["w"] for x in xs) / n
+    choco = Choco(g, gamma=0.2, compress=compress)
+    d0 = consensus_distance(xs)
+    for t in range(600):
+        xs, sent = choco.step(xs, t)
+    assert consensus_distance(xs) < 1e-3 * d0
+    assert torch.allclose(sum(x["w"] for x in xs) / n, mean0, atol=1e-9)  # gossip keeps the mean
+    assert sent == [(10 * 8 + 10 * 4) * 2] * n  # 10 of 40 values + int32 positions, to 2 neighbours
+
+
+@pytest.mark.parametrize("kind,n", [("ring", 16), ("meshgrid", 32), ("ring", 33)])
+def test_seedflood_rebuilds_the_same_parameters_on_every_client_after_diameter_hops(kind, n):
+    g = make_topology(kind, n)
+    x0 = {"a": torch.zeros(6, 5), "b": torch.zeros(3)}
+    held = [set() for _ in range(n)]
+    fresh = [set() for _ in range(n)]
+    steps = 3
+    sent_total = [0] * n
+    for t in range(steps):
+        new = [[SeedMessage(t, i, 1000 * t + i, 0.01 * (i + 1))] for i in range(n)]
+        sent = flood(g, new, held, fresh)
+        sent_total = [a + b for a, b in zip(sent_total, sent)]
+    for _ in range(g.diameter() - 1):  # the last step's messages need diameter hops in all
+        sent = flood(g, [[] for _ in range(n)], held, fresh)
+        sent_total = [a + b for a, b in zip(sent_total, sent)]
+    everything = {SeedMessage(t, i, 1000 * t + i, 0.01 * (i + 1)) for t in range(steps) for i in range(n)}
+    assert all(h == everything for h in held)
+    rebuilt = [apply_messages(x0, sorted(h)) for h in held]
+    for r in rebuilt[1:]:
+        assert all(torch.equal(r[k], rebuilt[0][k]) for k in x0)  # bitwise
+    # and it is the sum of every update: x0 - sum scalar * z(seed)
+    want = {k: -sum(m.scalar * direction(m.seed, x0)[k] for m in sorted(everything)) for k in x0}
+    assert all(torch.allclose(rebuilt[0][k], want[k], atol=1e-6) for k in x0)
+    # each client forwards each of the n * steps messages once to each neighbour (20 bytes apiece); the
+    # ones that reached a client in the last hop are forwarded in the next round
+    bound = [len(everything) * SeedMessage.NBYTES * len(nb) for nb in g.neighbours]
+    assert all(s <= b for s, b in zip(sent_total, bound))
+    drained = flood(g, [[] for _ in range(n)], held, fresh)
+    assert [a + b for a, b in zip(sent_total, drained)] == bound
+
+
+def test_seedflood_one_hop_short_of_the_diameter_is_not_enough():
+    g = make_topology("ring", 16)
+    held = [set() for _ in range(16)]
+    fresh = [set() for _ in range(16)]
+    flood(g, [[SeedMessage(0, i, i, 1.0)] for i in range(16)], held, fresh)
+    for _ in range(g.diameter() - 2):
+        flood(g, [[] for _ in range(16)], held, fresh)
+    assert any(len(h) < 16 for h in held)
