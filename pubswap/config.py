@@ -50,7 +50,8 @@ METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random")
 AGGREGATIONS = ("fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu")  # pubswap/aggregation/
 WEIGHTINGS = ("uniform", "samples")
 REWARDS = ("auto", "math", "exact", "choice", "reasoning_gym")
-SOURCE_REWARDS = {"reasoning_gym": "reasoning_gym", "math": "math", "deepmath": "math", "medical": "choice"}
+SOURCE_REWARDS = {"reasoning_gym": "reasoning_gym", "math": "math", "deepmath": "math", "medical": "choice",
+                  "sst2": "exact", "rte": "exact", "boolq": "exact"}
 REWARD_MODES = ("strict", "lenient")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -148,7 +149,7 @@ class FederationConfig:
 
 @dataclass
 class DataConfig:
-    source: str = "reasoning_gym"  # reasoning_gym | math | deepmath | medical (pubswap/data/sources.py)
+    source: str = "reasoning_gym"  # reasoning_gym | math | deepmath | medical | sst2 | rte | boolq (data/sources.py)
     paths: list[str] = field(default_factory=list)  # local files/folders (or hub ids); [] = the hub defaults
     subsample: int = 0  # keep this many rows of the source before splitting (DeepMath in the paper: 20000)
     # reasoning-gym tasks: a list of names (their default settings) or {name: {setting: value}}

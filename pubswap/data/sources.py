@@ -4,14 +4,16 @@
     math           MATH; data.paths = [file or folder] or [] for the hub
     deepmath       DeepMath-103K; data.paths = [file or folder] or []; data.subsample (paper: 20000)
     medical        MedQA + MedMCQA; data.paths = [medqa, medmcqa] or [] for the hub
+    sst2, rte, boolq   the decentralized leaderboard's classification tasks (label = answer, exact reward);
+                   data.paths = [file or folder] or [] for the hub
 """
 
 from __future__ import annotations
 
 from pubswap.data.rows import Row, RowReport
 
-SOURCES = ("reasoning_gym", "math", "deepmath", "medical")
-PATHS_PER_SOURCE = {"reasoning_gym": 0, "math": 1, "deepmath": 1, "medical": 2}
+SOURCES = ("reasoning_gym", "math", "deepmath", "medical", "sst2", "rte", "boolq")
+PATHS_PER_SOURCE = {"reasoning_gym": 0, "math": 1, "deepmath": 1, "medical": 2, "sst2": 1, "rte": 1, "boolq": 1}
 
 
 def load_source(data, rows_needed: int, seed: int) -> tuple[list[Row], RowReport]:
@@ -34,4 +36,8 @@ def load_source(data, rows_needed: int, seed: int) -> tuple[list[Row], RowReport
         from pubswap.data.medical import load_medical
 
         return load_medical(*(paths or ["", ""]))
+    if data.source in ("sst2", "rte", "boolq"):
+        from pubswap.data.classification import load_classification
+
+        return load_classification(data.source, paths[0] if paths else "")
     raise ValueError(f"unknown data.source {data.source!r}; known: {SOURCES}")
