@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from pubswap.gossip import (Choco, SeedMessage, apply_messages, consensus_distance, direction, flood, identity, mix,
-                            rand_k, top_k)
+                            rand_k, top_k, zo_message)
+from pubswap.seeding import derive_seed
 from pubswap.topology import grid_shape, make_topology
 
 
@@ -126,7 +127,10 @@ def test_seedflood_rebuilds_the_same_parameters_on_every_client_after_diameter_h
         sent_total = [a + b for a, b in zip(sent_total, sent)]
     everything = {SeedMessage(t, i, 1000 * t + i, 0.01 * (i + 1)) for t in range(steps) for i in range(n)}
     assert all(h == everything for h in held)
-    rebuilt = [apply_messages(x0, sorted(h)) for h in held]
+    # each client got its messages in its own order: apply_messages puts them in the canonical one
+    orders = [[sorted(h)[j] for j in torch.randperm(len(h), generator=torch.Generator().manual_seed(i))]
+              for i, h in enumerate(held)]
+    rebuilt = [apply_messages(x0, o) for o in orders]
     for r in rebuilt[1:]:
         assert all(torch.equal(r[k], rebuilt[0][k]) for k in x0)  # bitwise
     # and it is the sum of every update: x0 - sum scalar * z(seed)
@@ -148,3 +152,37 @@ def test_seedflood_one_hop_short_of_the_diameter_is_not_enough():
     for _ in range(g.diameter() - 2):
         flood(g, [[] for _ in range(16)], held, fresh)
     assert any(len(h) < 16 for h in held)
+
+
+def test_seedflood_zeroth_order_training_on_a_toy_quadratic_keeps_every_client_identical():
+    """Client i minimises ||x - c_i||^2 / 2 with one two-point ZO message per step; messages are flooded
+    and applied once every client has them (after the diameter), in canonical order, so all clients
+    hold the same bits, and the shared x approaches mean(c)."""
+    n = 8
+    g = make_topology("ring", n)
+    D = g.diameter()
+    gen = torch.Generator().manual_seed(4)
+    c = [torch.randn(6, generator=gen) for _ in range(n)]
+    x0 = {"w": torch.zeros(6)}
+    held = [set() for _ in range(n)]
+    fresh = [set() for _ in range(n)]
+    applied = [dict(x0) for _ in range(n)]  # each client's copy, all messages of steps <= t - D applied
+    steps = 300
+    for t in range(steps + D):
+        new = []
+        for i in range(n):
+            if t < steps:
+                loss = lambda x, ci=c[i]: float(0.5 * ((x["w"] - ci) ** 2).sum())  # noqa: E731
+                new.append([zo_message(loss, applied[i], t, i, derive_seed(0, "zo", t, i), eps=1e-3, lr=0.005)])
+            else:
+                new.append([])
+        flood(g, new, held, fresh)
+        done = t - D + 1  # every message of this step has now travelled the diameter
+        if done >= 0:
+            for i in range(n):
+                applied[i] = apply_messages(applied[i], [m for m in held[i] if m.step == done])
+    for a in applied[1:]:
+        assert torch.equal(a["w"], applied[0]["w"])  # bitwise the same on every client
+    target = sum(c) / n
+    start_gap = float((x0["w"] - target).norm())
+    assert float((applied[0]["w"] - target).norm()) < 0.35 * start_gap
