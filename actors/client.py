@@ -29,6 +29,7 @@ import torch
 
 from actors.collective import tensor_device
 from actors.engine_watchdog import EngineWatchdog, engine_processes
+from actors.gossip_peer import GossipPeer
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
 from pubswap.aggregation import Context, make_strategy
 from pubswap.config import RunConfig, from_dict
@@ -96,7 +97,7 @@ class LogicalClient:
     pre_average: Adapter | None = None  # the adapter it had trained when the round's average began
 
 
-class ClientCore:
+class ClientCore(GossipPeer):
     """The actor's logic without Ray, so it reads (and can be driven) as plain Python.
 
     `shards` maps each hosted client id to its private rows.
@@ -146,6 +147,7 @@ class ClientCore:
         self._active: int | None = None  # whose weights the trainer holds
         for cid in self.clients:
             self._sync_engine(cid)
+        self._gossip_setup()
 
     def _default_max_num_seqs(self, hosted: int) -> int:
         """Every sequence of one engine call at once: a step's rollouts of all hosted clients, or this
@@ -384,21 +386,21 @@ class ClientCore:
         return drift
 
     @timed_call
-    def evaluate(self, rows: Sequence[Row], round_idx: int) -> dict:
-        """The global adapter's `eval_n` responses per test prompt (every hosted client holds it after
-        set_global/average): {"rewards": per prompt, "in_format": per prompt}."""
+    def evaluate(self, rows: Sequence[Row], round_idx: int, adapter: Adapter | None = None) -> dict:
+        """The global adapter's (or `adapter`'s: the decentralized clients' average) `eval_n` responses per
+        test prompt: {"rewards": per prompt, "in_format": per prompt}."""
         if not rows:
             return {"rewards": [], "in_format": []}
         client = self.clients[self.ids[0]]
-        own = client.adapter
-        if own is not self.global_adapter:  # a client of lower rank: serve the global adapter meanwhile
-            client.adapter = self.global_adapter
+        own, target = client.adapter, (self.global_adapter if adapter is None else adapter)
+        if own is not target:  # a client of lower rank, or a decentralized client: serve `target` meanwhile
+            client.adapter = target
             self._sync_engine(client.id)
         try:
             ((_, groups),) = self._rollout([(client.id, rows)], self.cfg.eval_n, self.cfg.grpo.val_temperature,
                                            ("eval", round_idx), phase="eval")
         finally:
-            if own is not self.global_adapter:
+            if own is not target:
                 client.adapter = own
                 self._sync_engine(client.id)
         return {"rewards": [[r.reward for r in g] for g in groups],

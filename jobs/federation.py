@@ -34,8 +34,10 @@ from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
 from pubswap.evaluation import Score, score
+from pubswap.gossip import mixing_rows
 from pubswap.lora import Adapter, num_bytes
 from pubswap.participation import participants
+from pubswap.topology import make_topology
 
 ACTOR_FAILURES = (RayActorError, ActorUnavailableError, ObjectLostError, OwnerDiedError)
 
@@ -112,6 +114,7 @@ class Federation:
         self._connect()
         self.strategy = make_strategy(f)
         self.sizes = [len(c) for c in split.clients]
+        self.topo = make_topology(f.topology, f.num_clients, f.edges) if f.decentralized else None
 
     def _gpu_budget(self, model_dir: str, gpus: float) -> float:
         """Probe every bundle's GPU, check the collective's packages and the memory split; vLLM's fraction
@@ -188,14 +191,56 @@ class Federation:
         """Each client actor's seconds per phase since the last take (pubswap/timing.py)."""
         return self._call([a.take_timing.remote() for a in self.actors])
 
-    def recover(self, global_adapter: Adapter) -> float:
-        """Restart every client actor, re-form the collective group, load `global_adapter`; returns seconds."""
+    def recover(self, global_adapter: Adapter, states: dict | None = None) -> float:
+        """Restart every client actor, re-form the collective group, load `global_adapter` (and, for the
+        decentralized methods, every client's own round-start `states`); returns seconds."""
         t = time.perf_counter()
         for a in self.actors:
             ray.kill(a, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
         self._connect(old_pids=self.pids)
         self.set_global(global_adapter)
+        if states is not None:
+            self.load_states(states)
         return time.perf_counter() - t
+
+    # --- decentralized methods: gossip among graph neighbours, no server (actors/gossip_peer.py) ---
+
+    def start_round(self) -> None:
+        self._call([a.start_round.remote() for a in self.actors])
+
+    def gossip(self, round_idx: int, step: int) -> dict:
+        """One gossip step of every client with its neighbours. Each actor puts one object per hosted
+        client and fetches exactly those of its clients' neighbours. Returns the consensus distance after
+        it and each client's bytes sent and received."""
+        rows = mixing_rows(self.topo)
+        refs: dict[int, ray.ObjectRef] = {}
+        for a, ids in zip(self.actors, self.assignment):
+            out = a.gossip_payload.options(num_returns=len(ids)).remote(round_idx, step, ids)
+            refs.update(zip(ids, [out] if len(ids) == 1 else out))
+        calls = []
+        for a, ids in zip(self.actors, self.assignment):
+            need = sorted({j for i in ids for j in rows[i]})
+            calls.append(a.gossip_apply.remote(round_idx, step, {i: rows[i] for i in ids}, need,
+                                               *[refs[j] for j in need]))
+        results = self._call(calls)
+        n = sum(r["count"] for r in results)
+        mean = sum(r["sum"] for r in results) / n
+        consensus = max(0.0, (sum(r["sq"] for r in results) - n * float((mean * mean).sum())) / n)
+        per_client = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
+        return {"step": step, "consensus": consensus, "sent": [c["sent"] for c in per_client],
+                "received": [c["received"] for c in per_client]}
+
+    def states(self) -> dict:
+        """Every client's own tensors (and CHOCO's public copies), for the checkpoint."""
+        out: dict = {"x": {}, "public": {}}
+        for part in self._call([a.hosted_states.remote() for a in self.actors]):
+            out["x"].update(part["x"])
+            out["public"].update(part["public"])
+        return out
+
+    def load_states(self, states: dict) -> None:
+        ref = ray.put(states)
+        self._call([a.load_states.remote(ref) for a in self.actors])
 
     def initial_adapter(self) -> Adapter:
         return self._call([self.actors[0].get_adapter.remote()])[0]
@@ -261,10 +306,11 @@ class Federation:
         drift = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
         return averaged, drift, comm
 
-    def evaluate(self, round_idx: int) -> Score:
-        """pass@1 (mean@eval_n) of the global adapter on the test set, split across the actors."""
+    def evaluate(self, round_idx: int, adapter: Adapter | None = None) -> Score:
+        """pass@1 (mean@eval_n) of the global adapter (or `adapter`) on the test set, split across the actors."""
         shards = self._call([self.server.test_shards.remote(len(self.actors))])[0]
-        per_actor = self._call([a.evaluate.remote(s, round_idx) for a, s in zip(self.actors, shards)])
+        ref = None if adapter is None else ray.put(adapter)
+        per_actor = self._call([a.evaluate.remote(s, round_idx, ref) for a, s in zip(self.actors, shards)])
         return score([r for out in per_actor for r in out["rewards"]],
                      [f for out in per_actor for f in out["in_format"]])
 

@@ -39,7 +39,8 @@ from pubswap.timing import breakdown, format_breakdown
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.faults import maybe_crash
 from pubswap.lease import Lease, LeaseHeld, LeaseLost
-from pubswap.lora import Adapter, num_bytes
+from pubswap.aggregation.base import weighted_mean
+from pubswap.lora import Adapter, num_bytes, squared_distance
 from pubswap.metrics_log import read_records
 from pubswap.models import resolve_model
 
@@ -141,6 +142,55 @@ def run_round(fed, cfg: RunConfig, r: int, start: Adapter, t0: float) -> tuple[d
     return record, global_adapter
 
 
+def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adapter, dict]:
+    """A decentralized round: tau local steps of every client, a gossip step with its graph neighbours
+    after every `gossip_every` of them, and (if due) the evaluation of the clients' average. Returns the
+    record, the average (the checkpoint's adapter) and every client's state (its own tensors)."""
+    f = cfg.federation
+    fed.take_timing()
+    fed.calls_s = 0.0
+    t_round = time.perf_counter()
+    parts = list(range(f.num_clients))
+    fed.start_round()
+    steps, gossips = [], []
+    with progress(f.tau, f"round {r}/{f.rounds}") as bar:
+        for s in range(1, f.tau + 1):
+            maybe_crash("driver", r, s, "step")
+            out = fed.private_step(r, s, parts)
+            line = _step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0)
+            if s % f.gossip_every == 0:
+                g = fed.gossip(r, s)
+                gossips.append(g)
+                out["consensus"] = g["consensus"]
+                line += f", gossip: consensus distance {g['consensus']:.3e}"
+            steps.append(out)
+            bar.write(line)
+            sys.stdout.flush()
+            bar.update()
+    states = fed.states()
+    average = client_average(states, parts)
+    drift = [{"drift_sq": squared_distance(states["x"][c], average).item()} for c in parts]
+    comm = {"upload": [sum(g["sent"][c] for g in gossips) for c in parts],
+            "download": [sum(g["received"][c] for g in gossips) for c in parts]}
+    record = _round_record(r, parts, steps, drift, len(fed.actors), num_bytes(average), comm)
+    record["consensus"] = [g["consensus"] for g in gossips]
+    if r % cfg.eval_every == 0 or r == f.rounds:
+        record.update(eval_record(fed.evaluate(r, average)))
+    record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
+    return record, average, states
+
+
+def client_average(states: dict, parts: list[int]) -> Adapter:
+    """The uniform mean of the clients' own tensors (what a decentralized run evaluates and checkpoints)."""
+    x = states["x"]
+    return {k: weighted_mean([x[c][k] for c in parts], [1.0 / len(parts)] * len(parts)) for k in x[parts[0]]}
+
+
+def initial_states(adapter: Adapter, num_clients: int) -> dict:
+    """Round 1 of a decentralized run: every client at the initial adapter, no public copies yet."""
+    return {"x": {c: adapter for c in range(num_clients)}, "public": {}}
+
+
 def eval_record(sc: Score) -> dict:
     """An evaluation's fields in metrics.jsonl (and the checkpoint's fixed state for the base model)."""
     return {"pass@1": sc.pass_at_1, "pass@1_se": sc.se, "eval_prompts": sc.prompts, "eval_n": sc.n,
@@ -232,9 +282,12 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
     fed = Federation(cfg, split, model_dir, str(run_dir))
     try:
         lora_config = fed.lora_config()
+        states = None  # decentralized runs: every client's own round-start state
         if ckpt is None:
             global_adapter = fed.initial_adapter()
             fed.set_global(global_adapter)
+            if f.decentralized:
+                states = initial_states(global_adapter, f.num_clients)
             base = fed.evaluate(0)
             print(f"base model {base.line()} ({time.perf_counter() - t0:.0f}s)", flush=True)
             fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base.pass_at_1,
@@ -246,6 +299,9 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
         else:
             global_adapter = ckpt.adapter()
             fed.set_global(global_adapter)
+            if f.decentralized:
+                states = ckpt.client_states() or initial_states(global_adapter, f.num_clients)
+                fed.load_states(states)
             fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
                      "base_eval": _base_eval(ckpt.state)}
             lease.check()
@@ -258,7 +314,10 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
         for r in range(start, f.rounds + 1):
             for attempt in range(ft.max_round_retries + 1):
                 try:
-                    record, new_global = run_round(fed, cfg, r, global_adapter, t0)
+                    if f.decentralized:
+                        record, new_global, new_states = run_gossip_round(fed, cfg, r, t0)
+                    else:
+                        (record, new_global), new_states = run_round(fed, cfg, r, global_adapter, t0), None
                     break
                 except ActorLost as e:
                     if attempt == ft.max_round_retries:
@@ -266,14 +325,14 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                                            f"(fault_tolerance.max_round_retries={ft.max_round_retries})") from e
                     print(f"round {r}: an actor died or hung ({e}); restarting the clients to redo round {r} from its "
                           f"start (retry {attempt + 1}/{ft.max_round_retries})", flush=True)
-                    print(f"round {r}: clients back in {fed.recover(global_adapter):.0f}s", flush=True)
+                    print(f"round {r}: clients back in {fed.recover(global_adapter, states):.0f}s", flush=True)
             record["recoveries"] = attempt
-            global_adapter = new_global
+            global_adapter, states = new_global, new_states
             # the log line first, then the commit: a crash in between leaves a line the resume drops
             lease.check()
             metrics_log.append_record(metrics_path, record)
             lease.check()
-            save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record})
+            save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record}, clients=states)
             records.append(record)
             logger.log_round(record)
             plot([curve(label_of(cfg.to_dict()), fixed["base_eval"], records)], plot_path, title=str(run_dir.name))

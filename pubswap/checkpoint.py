@@ -14,6 +14,10 @@ is used.
 What a round needs besides the global adapter is derived from (seed, round, step, client) -- the
 private and public batches, rollout seeds, swap draws -- and the optimizer is reset every round, so
 there are no RNG states or data cursors to save: the round index *is* the cursor.
+
+Decentralized methods have no global model: the checkpoint's adapter is the clients' average (what is
+evaluated), and `clients.safetensors` holds every client's own tensors ("x/<client>/<name>") and CHOCO's
+public copies ("public/<client>/<name>"), with its sha256 in state.json.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pubswap.lora import WEIGHTS_NAME, Adapter, read_adapter, save_adapter
 
 FORMAT = 1
 STATE_NAME = "state.json"
+CLIENTS_NAME = "clients.safetensors"
 LATEST_NAME = "LATEST"
 PREFIX = "round_"
 
@@ -53,6 +58,23 @@ class Checkpoint:
 
     def adapter(self) -> Adapter:
         return read_adapter(self.path)
+
+    def client_states(self) -> dict | None:
+        """{"x": {client: tensors}, "public": {client: tensors}} of a decentralized run; None otherwise."""
+        if not self.state.get("clients_sha256"):
+            return None
+        from safetensors.torch import load_file
+
+        out: dict = {"x": {}, "public": {}}
+        for name, t in load_file(self.path / CLIENTS_NAME).items():
+            kind, cid, key = name.split("/", 2)
+            out[kind].setdefault(int(cid), {})[key] = t
+        return out
+
+
+def flat_client_states(states: Mapping) -> dict:
+    return {f"{kind}/{cid}/{k}": t.contiguous() for kind in ("x", "public")
+            for cid, tensors in sorted(states.get(kind, {}).items()) for k, t in sorted(tensors.items())}
 
 
 def round_dir(ckpt_dir: Path, round_idx: int) -> Path:
@@ -92,8 +114,9 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 
 def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mapping, lora_config,
-                    state: Mapping[str, Any]) -> Path:
-    """Commit the global adapter after `round_idx` with its `state`; returns the checkpoint folder."""
+                    state: Mapping[str, Any], clients: Mapping | None = None) -> Path:
+    """Commit the global adapter after `round_idx` with its `state` (and a decentralized run's per-client
+    `clients` states); returns the checkpoint folder."""
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = round_dir(ckpt_dir, round_idx)
@@ -104,6 +127,11 @@ def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mappin
             os.replace(f, tmp / f.name)
         (tmp / "adapter").rmdir()
         full = {**state, "format": FORMAT, "round": round_idx, "weights_sha256": sha256_file(tmp / WEIGHTS_NAME)}
+        if clients is not None:
+            from safetensors.torch import save_file
+
+            save_file(flat_client_states(clients), tmp / CLIENTS_NAME)
+            full["clients_sha256"] = sha256_file(tmp / CLIENTS_NAME)
         (tmp / STATE_NAME).write_text(json.dumps(full, indent=1))
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
@@ -136,6 +164,10 @@ def verify(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"no {WEIGHTS_NAME}"
     if sha256_file(weights) != state.get("weights_sha256"):
         return None, f"{WEIGHTS_NAME} does not match its sha256 (truncated or modified)"
+    if state.get("clients_sha256"):
+        clients = path / CLIENTS_NAME
+        if not clients.is_file() or sha256_file(clients) != state["clients_sha256"]:
+            return None, f"{CLIENTS_NAME} is missing or does not match its sha256"
     return state, ""
 
 

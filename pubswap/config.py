@@ -46,7 +46,11 @@ def _check_aggregation_kwargs(f) -> None:
         raise ConfigError(f"federation.aggregation_kwargs: {e}") from None
 
 
-METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random")
+# serverless methods: each client gossips its LoRA tensors with its graph neighbours (pubswap/gossip.py)
+DECENTRALIZED = ("dsgd-lora", "chocosgd-lora")
+METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random", *DECENTRALIZED)
+TOPOLOGIES = ("ring", "meshgrid", "torus", "complete", "edges")
+COMPRESSORS = ("top-k", "rand-k", "identity")
 AGGREGATIONS = ("fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu")  # pubswap/aggregation/
 WEIGHTINGS = ("uniform", "samples")
 REWARDS = ("auto", "math", "exact", "choice", "reasoning_gym")
@@ -127,6 +131,18 @@ class FederationConfig:
     # partial participation: each round a seeded subset of clients trains and is averaged
     participation: float = 1.0  # fraction of clients per round (rounded, at least 1)
     clients_per_round: int = 0  # if > 0, this many clients per round (overrides participation)
+    # decentralized methods (dsgd-lora, chocosgd-lora): the graph, and a gossip step after every
+    # gossip_every local steps; CHOCO-SGD's consensus step size and compressor (a fraction of entries)
+    topology: str = "ring"  # ring | meshgrid (2-D grid, no wrap) | torus | complete | edges
+    edges: list[list[int]] = field(default_factory=list)  # topology: edges
+    gossip_every: int = 1
+    choco_gamma: float = 0.5
+    choco_compressor: str = "top-k"  # top-k | rand-k | identity
+    choco_fraction: float = 0.1
+
+    @property
+    def decentralized(self) -> bool:
+        return self.method in DECENTRALIZED
 
     def clients_in_round(self) -> int:
         if self.clients_per_round > 0:
@@ -405,6 +421,20 @@ def validate(cfg: RunConfig) -> None:
     if f.swap_rule is not None:
         need(f.swap_period < f.tau, "federation.swap_period",
              f"must be < federation.tau (paper: tau_swap < tau), got {f.swap_period} >= {f.tau}")
+    need(f.topology in TOPOLOGIES, "federation.topology", f"must be one of {TOPOLOGIES}, got {f.topology!r}")
+    need(f.gossip_every >= 1, "federation.gossip_every", "must be >= 1")
+    need(0 < f.choco_gamma <= 1, "federation.choco_gamma", f"must be in (0, 1], got {f.choco_gamma}")
+    need(f.choco_compressor in COMPRESSORS, "federation.choco_compressor", f"must be one of {COMPRESSORS}")
+    need(0 < f.choco_fraction <= 1, "federation.choco_fraction", f"must be in (0, 1], got {f.choco_fraction}")
+    if f.decentralized:
+        from pubswap.topology import make_topology
+
+        try:
+            make_topology(f.topology, f.num_clients, f.edges)
+        except ValueError as e:
+            raise ConfigError(f"federation.{'edges' if f.topology == 'edges' else 'topology'}: {e}") from None
+        need(f.clients_in_round() == f.num_clients, "federation.participation",
+             "decentralized methods train every client every round (participation 1)")
     need(f.aggregation in AGGREGATIONS, "federation.aggregation", f"must be one of {AGGREGATIONS}")
     _check_aggregation_kwargs(f)
     need(f.weighting in WEIGHTINGS, "federation.weighting", f"must be one of {WEIGHTINGS}")

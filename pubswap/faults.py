@@ -9,7 +9,8 @@ restarted process or a resubmitted driver runs on). A spec names:
 
 Client phases: "private_train" (private step: responses generated, before training), "public_answer"
 (public responses generated, before they reach the server), "public_train" (before training on the
-swapped group), "average" (before the allreduce; step is ignored). Driver phase: "step" (before the
+swapped group), "average" (before the allreduce; step is ignored), "gossip" (a decentralized client,
+before it puts its gossip message of that step). Driver phase: "step" (before the
 step's work is sent to the clients).
 
 With no PUBSWAP_FAULT_FILE (the normal case) `maybe_crash` is a dictionary lookup.
@@ -22,7 +23,7 @@ import os
 import signal
 
 ENV = "PUBSWAP_FAULT_FILE"
-PHASES = {"client": ("private_train", "public_answer", "public_train", "average"), "driver": ("step",)}
+PHASES = {"client": ("private_train", "public_answer", "public_train", "average", "gossip"), "driver": ("step",)}
 
 
 def maybe_crash(who: str, round_idx: int, step: int, phase: str, client: int | None = None) -> None:

@@ -34,13 +34,22 @@ from pubswap.topology import Topology
 Params = dict[str, Tensor]
 
 
+def mixing_rows(topo: Topology) -> list[dict[int, float]]:
+    """Row i of the mixing matrix as {j: W_ij} over i and its neighbours (the only nonzero entries)."""
+    W = topo.mixing()
+    return [{j: float(W[i, j]) for j in sorted((i, *topo.neighbours[i]))} for i in range(topo.n)]
+
+
+def mix_row(row: Mapping[int, float], xs: Mapping[int, Mapping[str, Tensor]]) -> Params:
+    """sum_j row[j] x_j, summed in the order of j (the same bits wherever it is computed)."""
+    order = sorted(row)
+    return {k: sum(row[j] * xs[j][k] for j in order) for k in xs[order[0]]}
+
+
 def mix(W: Tensor, xs: Sequence[Mapping[str, Tensor]], topo: Topology) -> list[Params]:
     """One DSGD gossip step: client i's new tensors are sum_j W_ij x_j over i and its neighbours."""
-    out = []
-    for i in range(len(xs)):
-        group = (i, *topo.neighbours[i])
-        out.append({k: sum(float(W[i, j]) * xs[j][k] for j in group) for k in xs[i]})
-    return out
+    rows = mixing_rows(topo)
+    return [mix_row(rows[i], dict(enumerate(xs))) for i in range(len(xs))]
 
 
 def consensus_distance(xs: Sequence[Mapping[str, Tensor]]) -> float:
@@ -96,6 +105,25 @@ def rand_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Compre
     return compress
 
 
+def make_compressor(name: str, fraction: float) -> Callable:
+    return {"identity": lambda f: identity, "top-k": top_k, "rand-k": rand_k}[name](fraction)
+
+
+def choco_message(x: Mapping[str, Tensor], public: Mapping[str, Tensor], compress: Callable,
+                  gen: torch.Generator) -> dict[str, Compressed]:
+    """q_i = Q(x_i - xh_i), tensor by tensor in name order (one generator for rand-k)."""
+    return {k: compress(x[k] - public[k], gen) for k in sorted(x)}
+
+
+def choco_consensus(x: Mapping[str, Tensor], i: int, row: Mapping[int, float],
+                    public: Mapping[int, Mapping[str, Tensor]], gamma: float) -> Params:
+    """x_i + gamma * sum_{j != i} W_ij (xh_j - xh_i), neighbours in id order."""
+    others = [j for j in sorted(row) if j != i]
+    if not others:
+        return {k: v.clone() for k, v in x.items()}
+    return {k: x[k] + gamma * sum(row[j] * (public[j][k] - public[i][k]) for j in others) for k in x}
+
+
 @dataclass
 class Choco:
     """CHOCO-SGD's gossip state: each client's public copy xh_i (held by it and its neighbours)."""
@@ -111,21 +139,16 @@ class Choco:
         n = len(xs)
         if not self.public:
             self.public = [{k: torch.zeros_like(v) for k, v in x.items()} for x in xs]
-        W = self.topo.mixing()
+        rows = mixing_rows(self.topo)
         sent = []
         for i in range(n):
             gen = torch.Generator().manual_seed(derive_seed(self.seed, "choco", t, i))
-            q = {k: self.compress(xs[i][k] - self.public[i][k], gen) for k in xs[i]}
+            q = choco_message(xs[i], self.public[i], self.compress, gen)
             for k, c in q.items():
                 self.public[i][k] = self.public[i][k] + c.dense()
             sent.append(sum(c.nbytes for c in q.values()) * len(self.topo.neighbours[i]))
-        out = []
-        for i in range(n):
-            group = self.topo.neighbours[i]
-            out.append({k: xs[i][k] + self.gamma * sum(float(W[i, j]) * (self.public[j][k] - self.public[i][k])
-                                                        for j in group) if group else xs[i][k].clone()
-                        for k in xs[i]})
-        return out, sent
+        public = dict(enumerate(self.public))
+        return [choco_consensus(xs[i], i, rows[i], public, self.gamma) for i in range(n)], sent
 
 
 # --- SeedFlood ------------------------------------------------------------------------------

@@ -118,3 +118,17 @@ def test_fault_fires_once_only_at_its_point(tmp_path, monkeypatch):
     maybe_crash("client", 2, 3, "private_train", client=1)
     maybe_crash("client", 2, 3, "private_train", client=1)
     assert len(killed) == 1 and not spec.exists() and (tmp_path / "fault.json.fired").exists()
+
+
+def test_a_decentralized_checkpoint_keeps_every_clients_state_and_checks_it(ckpts):
+    states = {"x": {c: adapter(float(c)) for c in range(3)}, "public": {1: adapter(-5.0)}}
+    save_checkpoint(ckpts, 3, adapter(1.0), peft_lora_config(2, 4, ["q_proj"]), {"record": None}, clients=states)
+    ck = latest_checkpoint(ckpts)
+    got = ck.client_states()
+    assert ck.round == 3 and sorted(got["x"]) == [0, 1, 2] and sorted(got["public"]) == [1]
+    assert all(torch.equal(got["x"][c][k], v) for c in range(3) for k, v in adapter(float(c)).items())
+    assert latest_checkpoint(ckpts).client_states() is not None and ckpts.joinpath("round_0002").is_dir()
+    (round_dir(ckpts, 3) / "clients.safetensors").write_bytes(b"truncated")
+    with pytest.warns(CheckpointWarning, match="clients.safetensors is missing or does not match"):
+        assert latest_checkpoint(ckpts).round == 2  # the per-client states are part of the commit
+    assert latest_checkpoint(ckpts).client_states() is None  # a federated checkpoint has none

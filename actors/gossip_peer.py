@@ -1,0 +1,110 @@
+"""The client actor's side of serverless training (federation.method dsgd-lora, chocosgd-lora).
+
+Each hosted logical client keeps its own LoRA tensors across rounds (there is no global model) and,
+every `gossip_every` local steps, exchanges with its graph neighbours only (pubswap/topology.py),
+wherever they are hosted: the driver hands each actor the object refs of exactly the payloads its
+clients' neighbours put, so no server and no all-to-all is involved.
+
+    payloads = actor.gossip_payload(round, step, ids)      # DSGD: x_i; CHOCO: q_i = Q(x_i - xh_i)
+    actor.gossip_apply(round, step, rows, need, *payloads of `need`)
+
+CHOCO's public copies xh_j are kept once per actor for every j its clients need (its own clients and
+their neighbours); all holders of xh_j apply the same messages, so the copies agree everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from pubswap.faults import maybe_crash
+from pubswap.gossip import Compressed, choco_consensus, choco_message, make_compressor, mix_row
+from pubswap.lora import Adapter, flatten, num_bytes
+from pubswap.seeding import derive_seed
+from pubswap.topology import make_topology
+
+
+def payload_bytes(p) -> int:
+    if isinstance(p, Mapping) and p and isinstance(next(iter(p.values())), Compressed):
+        return sum(c.nbytes for c in p.values())
+    return num_bytes(p)
+
+
+class GossipPeer:
+    """Mixed into ClientCore: uses its `cfg`, `clients`, `_sync_engine` and `timer`."""
+
+    def _gossip_setup(self) -> None:
+        f = self.cfg.federation
+        self.topo = make_topology(f.topology, f.num_clients, f.edges)
+        self.need = sorted({j for i in self.clients for j in (i, *self.topo.neighbours[i])})
+        self.public: dict[int, Adapter] = {}  # CHOCO: xh_j for j in self.need
+        self.compress = make_compressor(f.choco_compressor, f.choco_fraction)
+
+    def _public(self, j: int) -> Adapter:
+        if j not in self.public:
+            like = next(iter(self.clients.values())).adapter
+            self.public[j] = {k: torch.zeros_like(v) for k, v in like.items()}
+        return self.public[j]
+
+    def gossip_payload(self, round_idx: int, step: int, cids: Sequence[int]):
+        """One object per client (call with num_returns=len(cids)): what it sends each neighbour."""
+        out = []
+        with self.timer.phase("avg"):
+            for cid in cids:
+                maybe_crash("client", round_idx, step, "gossip", cid)
+                x = self.clients[cid].adapter
+                if self.cfg.federation.method == "dsgd-lora":
+                    out.append(x)
+                else:
+                    gen = torch.Generator().manual_seed(derive_seed(self.cfg.seed, "choco", round_idx, step, cid))
+                    out.append(choco_message(x, self._public(cid), self.compress, gen))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def gossip_apply(self, round_idx: int, step: int, rows: Mapping[int, Mapping[int, float]],
+                     need: Sequence[int], *payloads) -> dict:
+        """Mix (DSGD) or take the consensus step (CHOCO) for the hosted clients in `rows`; returns each
+        one's bytes sent and received and this actor's share of the consensus distance."""
+        got = dict(zip(need, payloads))
+        with self.timer.phase("avg"):
+            if self.cfg.federation.method == "dsgd-lora":
+                new = {i: mix_row(row, got) for i, row in rows.items()}
+            else:
+                for j in need:  # every holder of xh_j applies q_j once
+                    self.public[j] = {k: v + got[j][k].dense() for k, v in self._public(j).items()}
+                gamma = self.cfg.federation.choco_gamma
+                new = {i: choco_consensus(self.clients[i].adapter, i, row, self.public, gamma)
+                       for i, row in rows.items()}
+            sizes = {j: payload_bytes(p) for j, p in got.items()}
+            report = []
+            for i, x in new.items():
+                self.clients[i].adapter = x
+                others = [j for j in rows[i] if j != i]
+                report.append({"client": i, "sent": sizes[i] * len(others), "received": sum(sizes[j] for j in others)})
+            flats = [flatten(x, torch.float64)[0] for x in new.values()]
+            total = torch.stack(flats).sum(0)
+            squares = float(sum((f * f).sum() for f in flats))
+        for i in new:
+            self._sync_engine(i)
+        self._active = None
+        return {"clients": report, "sum": total, "sq": squares, "count": len(new)}
+
+    def hosted_states(self) -> dict:
+        """Every hosted client's LoRA tensors, and (CHOCO) the public copy it owns."""
+        return {"x": {i: c.adapter for i, c in self.clients.items()},
+                "public": {i: self.public[i] for i in self.clients if i in self.public}}
+
+    def load_states(self, states: Mapping) -> None:
+        """Resume or restart: the clients' tensors and the public copies they need, from a checkpoint."""
+        for i, client in self.clients.items():
+            client.adapter = {k: v.clone() for k, v in states["x"][i].items()}
+            self._sync_engine(i)
+        self.public = {j: {k: v.clone() for k, v in states["public"][j].items()}
+                       for j in self.need if j in states.get("public", {})}
+        self._active = None
+
+    def start_round(self) -> None:
+        """A fresh optimizer for every hosted client (as the federated methods reset it each round)."""
+        for client in self.clients.values():
+            client.optimizer = self.trainer.new_optimizer()
+        self._active = None
