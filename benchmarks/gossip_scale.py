@@ -44,7 +44,7 @@ def main() -> None:
     mib = 2 ** 20
     print(f"{args.model}: {len(shapes)} tensors, {values / 1e6:.2f}M fp32 values ({values * 4 / mib:.1f} MiB) per client")
     print(f"{'clients':>7} {'topology':>9} {'method':>10} {'s/round':>8} {'ms/client':>9} {'MiB held/client':>15} "
-          f"{'KiB sent/client':>15} {'diam':>4} {'gap':>7}")
+          f"{'bytes sent/client':>17} {'diam':>4} {'gap':>7}")
     for n in args.sizes:
         gen = torch.Generator().manual_seed(0)
         xs = [{f"t{i}": torch.randn(s, generator=gen) * 0.01 for i, s in enumerate(shapes)} for _ in range(n)]
@@ -70,7 +70,7 @@ def main() -> None:
             rows.append(("seedflood", time.perf_counter() - t, values * 4, sum(sent) / n))
             for method, secs, mem, sent_b in rows:
                 print(f"{n:>7} {kind:>9} {method:>10} {secs:>8.2f} {1000 * secs / n:>9.1f} {mem / mib:>15.1f} "
-                      f"{sent_b / 1024:>15.1f} {g.diameter():>4} {g.spectral_gap():>7.4f}")
+                      f"{sent_b:>17,.0f} {g.diameter():>4} {g.spectral_gap():>7.4f}")
 
 
 if __name__ == "__main__":
