@@ -281,6 +281,8 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
     logger: RunLogger | None = None
     fed = Federation(cfg, split, model_dir, str(run_dir))
     try:
+        if fed.topo is not None:
+            print(fed.topo.describe(), flush=True)
         lora_config = fed.lora_config()
         states = None  # decentralized runs: every client's own round-start state
         if ckpt is None:

@@ -76,6 +76,7 @@ def test_chocosgd_lora_client_killed_while_gossiping_is_restarted_bitwise(local_
     fault.write_text(json.dumps({"who": "client", "client": 2, "round": 2, "step": 2, "phase": "gossip"}))
     proc = run_driver(cfg, {FAULT_ENV: str(fault)})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "topology: ring, 4 clients, 4 edges, degree 2-2, diameter 2, spectral gap 0.6667" in proc.stdout
     assert (tmp_path / "fault.json.fired").exists()
     assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [0, 1]
     ck, states = states_of(tmp_path / "run", 2)
