@@ -29,7 +29,8 @@ test: $(STAMP)
 	$(VPY) -m pytest -q tests
 
 # the heavy fault drills CI leaves out for time (~6 min): a hung client and a dead vLLM engine, a SIGKILLed
-# driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill phases
+# driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill phases, a plain
+# `ray job submit` run
 test-heavy: $(STAMP)
 	$(VPY) -m pytest -q tests -m heavy
 
