@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from jobs.centralized import centralize
 from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
 from pubswap import metrics_log
@@ -243,6 +244,9 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
     # everything that can reject the input (model, data files, the split) runs before run_dir is touched
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
+    run_cfg = cfg
+    if f.method == "centralized":
+        run_cfg, split = centralize(cfg, split)
     fingerprint = split.fingerprint()
     if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
         raise ResumeError(f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
@@ -259,14 +263,16 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
             on_lost = lambda why: os.kill(os.getpid(), signal.SIGUSR1)  # noqa: E731
         lease.start_heartbeat(on_lost=on_lost)
         write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
-        return _train_rounds(cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0)
+        return _train_rounds(run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, user_cfg=cfg)
     finally:
         lease.release()
 
 
 def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir: Path, ckpt: Checkpoint | None,
-                  lease: Lease, handle_signals: bool, t0: float) -> dict:
-    """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first."""
+                  lease: Lease, handle_signals: bool, t0: float, user_cfg: RunConfig | None = None) -> dict:
+    """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first.
+    `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record."""
+    user_cfg = user_cfg or cfg
     from jobs.federation import ActorLost, Federation
 
     f, ft = cfg.federation, cfg.fault_tolerance
@@ -292,7 +298,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                 states = initial_states(global_adapter, f.num_clients)
             base = fed.evaluate(0)
             print(f"base model {base.line()} ({time.perf_counter() - t0:.0f}s)", flush=True)
-            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base.pass_at_1,
+            fixed = {"config": user_cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base.pass_at_1,
                      "base_eval": eval_record(base)}
             lease.check()
             save_checkpoint(ckpt_dir, 0, global_adapter, lora_config, {**fixed, "record": None})
@@ -304,14 +310,14 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             if f.decentralized:
                 states = ckpt.client_states() or initial_states(global_adapter, f.num_clients)
                 fed.load_states(states)
-            fixed = {"config": cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
+            fixed = {"config": user_cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
                      "base_eval": _base_eval(ckpt.state)}
             lease.check()
             records = metrics_log.rebuild(metrics_path, ckpt.round, lambda r: _checkpointed_record(ckpt_dir, r))
             start = ckpt.round + 1
             print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
                   f"{len(records)} rounds of metrics kept", flush=True)
-        logger = RunLogger(run_dir, cfg.logger, f.tau, cfg.to_dict(), records)
+        logger = RunLogger(run_dir, cfg.logger, f.tau, user_cfg.to_dict(), records)
         plot_path = run_dir / "progress.png"
         for r in range(start, f.rounds + 1):
             for attempt in range(ft.max_round_retries + 1):
@@ -337,7 +343,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record}, clients=states)
             records.append(record)
             logger.log_round(record)
-            plot([curve(label_of(cfg.to_dict()), fixed["base_eval"], records)], plot_path, title=str(run_dir.name))
+            plot([curve(label_of(user_cfg.to_dict()), fixed["base_eval"], records)], plot_path, title=str(run_dir.name))
             t = record["time"]
             pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
             print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s, drift {mean(record['drift_sq']):.2e}{pass_txt}; "

@@ -48,7 +48,8 @@ def _check_aggregation_kwargs(f) -> None:
 
 # serverless methods: each client gossips its LoRA tensors with its graph neighbours (pubswap/gossip.py)
 DECENTRALIZED = ("dsgd-lora", "chocosgd-lora")
-METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random", *DECENTRALIZED)
+# centralized: the reference of normalized performance, one learner on every client's data (jobs/centralized.py)
+METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random", *DECENTRALIZED, "centralized")
 TOPOLOGIES = ("ring", "meshgrid", "torus", "complete", "edges")
 COMPRESSORS = ("top-k", "rand-k", "identity")
 AGGREGATIONS = ("fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu")  # pubswap/aggregation/

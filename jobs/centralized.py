@@ -1,0 +1,27 @@
+"""The `centralized` reference method: one learner holding every client's private data.
+
+Decentralized and federated results are reported as normalized performance, pass@1 / centralized
+pass@1 x 100 (the leaderboard's column). The reference trains one client on the union of the
+clients' private rows of the same split (so the data is the federation's, row for row), for the same
+rounds and tau local steps, each step taking b x num_clients prompts: the federation's prompts per
+step. There is nothing to average or gossip; it runs as a one-client FedAvg.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pubswap.config import RunConfig
+from pubswap.data.split import FederatedSplit
+
+
+def centralize(cfg: RunConfig, split: FederatedSplit) -> tuple[RunConfig, FederatedSplit]:
+    """The config and split the reference actually runs (the user's config stays the run's record)."""
+    f, g = cfg.federation, cfg.grpo
+    merged = FederatedSplit([[r for part in split.clients for r in part]], split.public, split.test)
+    run = dataclasses.replace(
+        cfg,
+        federation=dataclasses.replace(f, method="fedavg-grpo", num_clients=1, participation=1.0, clients_per_round=0),
+        grpo=dataclasses.replace(g, b=g.b * f.num_clients),
+        resources=dataclasses.replace(cfg.resources, num_actors=1))
+    return run, merged
