@@ -28,7 +28,6 @@ sys.path.insert(0, str(REPO))
 
 from jobs.train import build_split, run_round  # noqa: E402
 from pubswap.config import load_config  # noqa: E402
-from pubswap.lora import num_bytes  # noqa: E402
 from pubswap.models import resolve_model  # noqa: E402
 
 
@@ -75,7 +74,7 @@ def one_round(config: str, overrides: list[str], n: int, actors: int, out: Path)
         fed.set_global(g)
         t = time.perf_counter()
         cfg.eval_every = 10**9  # no evaluation: the round's training work only
-        record, _ = run_round(fed, cfg, 1, num_bytes(g), t)
+        record, _ = run_round(fed, cfg, 1, g, t)
         round_s = time.perf_counter() - t
         fed.shutdown()
     finally:
