@@ -2,7 +2,7 @@
 
     python benchmarks/decentralized_scale.py [--sizes 16 32 64 128] [--actors 2]
 
-The tiny digit model of the tests (built here in a second; LoRA r=8: 23.6K values per client), HF
+The tiny digit model of the tests (built here in a second; LoRA r=8: 32,768 values, 128 KiB per client), HF
 rollouts, one local GRPO step (b=1 prompt x K=2) and one gossip per round, no evaluation, on a fresh
 local Ray with the clients multiplexed on --actors actors. Per (size, topology, method): the round's
 wall time, the part of it spent in gossip (payload + apply: the actors' "avg" phase, mean over actors), the

@@ -29,7 +29,7 @@ from pubswap.topology import make_topology  # noqa: E402
 MODELS = {  # name -> list of (rows, cols) LoRA tensors
     "smollm2-lora": [s for _ in range(30) for d, m in ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576),
                                                         (1536, 576), (576, 1536)) for s in ((8, m), (d, 8))],
-    "tiny-lora": [s for _ in range(2) for d, m in ((64, 64),) * 4 + ((128, 64), (128, 64), (64, 128))
+    "small-lora": [s for _ in range(2) for d, m in ((64, 64),) * 4 + ((128, 64), (128, 64), (64, 128))
                   for s in ((8, m), (d, 8))],
 }
 
