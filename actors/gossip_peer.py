@@ -36,9 +36,12 @@ class GossipPeer:
 
     def _gossip_setup(self) -> None:
         f = self.cfg.federation
+        self.public: dict[int, Adapter] = {}  # CHOCO: xh_j for j in self.need
+        if not f.decentralized:  # federated methods: no graph (its settings are not even checked then)
+            self.topo, self.need = None, []
+            return
         self.topo = make_topology(f.topology, f.num_clients, f.edges)
         self.need = sorted({j for i in self.clients for j in (i, *self.topo.neighbours[i])})
-        self.public: dict[int, Adapter] = {}  # CHOCO: xh_j for j in self.need
         self.compress = make_compressor(f.choco_compressor, f.choco_fraction)
 
     def _public(self, j: int) -> Adapter:
