@@ -403,6 +403,19 @@ class Stopped(BaseException):
         return signal.Signals(self.args[0]).name if self.args else "a signal"
 
 
+def raised_by_a_handler(e: BaseException) -> BaseException | None:
+    """The Stopped / LeaseLost / KeyboardInterrupt that a signal handler raised while the main thread was
+    inside Ray's C code, which surfaces as a SystemError ("returned a result with an exception set")
+    whose cause is the handler's exception; None if there is none in the chain."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (Stopped, LeaseLost, KeyboardInterrupt)):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
 def stop_on_sigterm() -> None:
     def handler(signum, frame):
         raise Stopped(signum)
@@ -430,7 +443,13 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_sigterm()
     stop_with_parent()  # inside `ray job submit`: a killed entrypoint shell ends this driver too
     try:
-        train(cfg, handle_signals=True)
+        try:
+            train(cfg, handle_signals=True)
+        except SystemError as e:
+            inner = raised_by_a_handler(e)
+            if inner is None:
+                raise
+            raise inner from None
     except Stopped as e:
         print(f"stopped by {e}: the actors and their engines were shut down; rerun the same command to resume "
               "after the last checkpointed round", file=sys.stderr)

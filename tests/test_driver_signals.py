@@ -74,3 +74,29 @@ def test_sigkilled_driver_leaves_no_engine_worker_behind(digit_model_dir, tmp_pa
     for pid in left:  # do not leave them to the next test
         os.kill(pid, signal.SIGKILL)
     assert not left, f"engine processes still running 30 s after the driver was SIGKILLed: {left}"
+
+
+def test_a_signal_that_lands_inside_rays_c_code_still_stops_cleanly(monkeypatch, tmp_path, capsys):
+    """SIGTERM's handler raises Stopped; when the main thread is inside a Ray C call (ray.wait) at that
+    moment, Python reports a SystemError caused by it. main() must still exit 128 + 15 with its line."""
+    import jobs.train as driver
+
+    def train(cfg, handle_signals=False):
+        try:
+            raise driver.Stopped(signal.SIGTERM)
+        except driver.Stopped as stop:
+            raise SystemError("<cyfunction CoreWorker.wait> returned a result with an exception set") from stop
+
+    monkeypatch.setattr(driver, "train", train)
+    monkeypatch.setattr(driver, "stop_on_sigterm", lambda: None)
+    config = tmp_path / "c.yaml"
+    config.write_text("model: {path: builtin:smollm2-135m-instruct}\n")
+    assert driver.main(["--config", str(config)]) == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in capsys.readouterr().err
+
+    def broken(cfg, handle_signals=False):
+        raise SystemError("a real one")
+
+    monkeypatch.setattr(driver, "train", broken)
+    with pytest.raises(SystemError, match="a real one"):
+        driver.main(["--config", str(config)])
