@@ -44,6 +44,7 @@ from pubswap.aggregation.base import weighted_mean
 from pubswap.lora import Adapter, num_bytes, squared_distance
 from pubswap.metrics_log import read_records
 from pubswap.models import resolve_model
+from pubswap.seeding import rng
 
 
 def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
@@ -177,6 +178,9 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
     record["consensus"] = [g["consensus"] for g in gossips]
     if r % cfg.eval_every == 0 or r == f.rounds:
         record.update(eval_record(fed.evaluate(r, average)))
+        k = min(f.eval_clients, f.num_clients)
+        sample = sorted(int(c) for c in rng(cfg.seed, "eval_clients", r).choice(f.num_clients, size=k, replace=False))
+        record["client_pass@1"] = {str(c): fed.evaluate(r, states["x"][c]).pass_at_1 for c in sample}
     record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
     return record, average, states
 

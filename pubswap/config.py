@@ -140,6 +140,7 @@ class FederationConfig:
     choco_gamma: float = 0.5
     choco_compressor: str = "top-k"  # top-k | rand-k | identity
     choco_fraction: float = 0.1
+    eval_clients: int = 2  # decentralized: also the pass@1 of this many sampled clients' own adapters
 
     @property
     def decentralized(self) -> bool:
@@ -427,6 +428,7 @@ def validate(cfg: RunConfig) -> None:
     need(0 < f.choco_gamma <= 1, "federation.choco_gamma", f"must be in (0, 1], got {f.choco_gamma}")
     need(f.choco_compressor in COMPRESSORS, "federation.choco_compressor", f"must be one of {COMPRESSORS}")
     need(0 < f.choco_fraction <= 1, "federation.choco_fraction", f"must be in (0, 1], got {f.choco_fraction}")
+    need(f.eval_clients >= 0, "federation.eval_clients", "must be >= 0")
     if f.decentralized:
         from pubswap.topology import make_topology
 

@@ -44,6 +44,8 @@ def test_dsgd_lora_gossips_with_ring_neighbours_and_keeps_every_client_state(loc
     mean_sq = sum(squared_distance(x[c], avg).item() for c in range(4)) / 4
     assert records[-1]["consensus"][-1] == pytest.approx(mean_sq, rel=1e-3)
     assert "pass@1" in records[-1]
+    sampled = records[-1]["client_pass@1"]  # and 2 sampled clients' own adapters
+    assert len(sampled) == 2 and all(0.0 <= p <= 1.0 for p in sampled.values())
 
 
 
