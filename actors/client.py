@@ -138,9 +138,8 @@ class ClientCore(GossipPeer):
         self.global_adapter = initial  # what the server holds; a client of lower rank holds a truncation
         self.clients = {}
         for cid, rows in sorted(shards.items()):
-            rank = c.lora.client_rank(cid)
             client = LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer(),
-                                   rank=rank if rank < c.lora.max_r else None)
+                                   rank=c.lora.reduced_rank(cid))
             client.adapter = self._held_by(client, initial)
             self.clients[cid] = client
         self._version = 0

@@ -39,11 +39,9 @@ class ServerActor:
             raise ValueError(f"uploads from clients {cids} do not match the participants {sorted(weights)}")
         ctx = Context(self.cfg.seed, round_idx, None)
         download = strategy.server_aggregate(start, [by_client[c] for c in cids], [weights[c] for c in cids], ctx)
-        lora, max_r = self.cfg.lora, self.cfg.lora.max_r
-        ranks = {c: (lora.client_rank(c) if lora.client_rank(c) < max_r else None) for c in cids}
         return download, {"adapter": strategy.apply_download(start, download, ctx),
                           "upload_bytes": {c: payload_bytes(by_client[c]) for c in cids},
-                          "download_bytes": {c: strategy.download_bytes(download, ranks[c]) for c in cids}}
+                          "download_bytes": {c: strategy.download_bytes(download, self.cfg.lora.reduced_rank(c)) for c in cids}}
 
     def public_batch(self, round_idx: int, step: int) -> list[Row]:
         b = self.cfg.grpo.b

@@ -87,6 +87,11 @@ class LoraConfig:
     def client_rank(self, cid: int) -> int:
         return self.r[cid] if isinstance(self.r, list) else self.r
 
+    def reduced_rank(self, cid: int) -> int | None:
+        """Client `cid`'s rank when below the adapters' (it holds only its first components); else None."""
+        r = self.client_rank(cid)
+        return r if r < self.max_r else None
+
 
 @dataclass
 class GRPOConfig:
