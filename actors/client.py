@@ -43,6 +43,7 @@ from pubswap.rewards import in_format, make_row_reward
 from pubswap.seeding import derive_seed
 from pubswap.swap import Response
 from pubswap.timing import PhaseTimer
+from pubswap.full_trainer import FullGRPOTrainer
 from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
 
 CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
@@ -117,8 +118,10 @@ class ClientCore(GossipPeer):
             make_deterministic()
         # adapters reach the engine through node-local RAM, in the engine's dtype (not the shared run_dir)
         self.adapter_dir = private_adapter_dir(adapter_root(c.rollout.adapter_dir))
-        self.trainer = LoraGRPOTrainer.load(model_dir, c.lora, c.grpo, dtype=self._train_dtype(),
-                                            strategy=make_strategy(c.federation), seed=c.seed)
+        full = c.federation.full_parameter  # dsgd, chocosgd, seedflood: every weight, no LoRA
+        trainer_cls, strategy = (FullGRPOTrainer, None) if full else (LoraGRPOTrainer, make_strategy(c.federation))
+        self.trainer = trainer_cls.load(model_dir, c.lora, c.grpo, dtype=self._train_dtype(), strategy=strategy,
+                                        seed=c.seed)
         self.tokenizer = self.trainer.tokenizer
         r = c.rollout
         if not torch.cuda.is_available():
@@ -131,7 +134,7 @@ class ClientCore(GossipPeer):
                                   max_num_seqs=r.max_num_seqs or self._default_max_num_seqs(len(shards)),
                                   max_loras=len(shards), enforce_eager=r.enforce_eager,
                                   max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
-                                  lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.max_r)
+                                  lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.max_r, full=full)
         self._engine_dtype = DTYPES[c.model.dtype]
         self.reward_fn = make_row_reward(c.data, c.seed)
         initial = self.trainer.adapter()
@@ -213,6 +216,7 @@ class ClientCore(GossipPeer):
             client.optimizer = self.trainer.new_optimizer()
             self._sync_engine(cid)
         self._active = None
+        self.flood_base, self.pending = None, {}  # SeedFlood: the period starts from the global weights
 
     def get_adapter(self, cid: int | None = None) -> Adapter:
         return self.clients[self.ids[0] if cid is None else cid].adapter
@@ -272,7 +276,8 @@ class ClientCore(GossipPeer):
             at += len(batch)
         return results
 
-    def _train(self, cid: int, pids: Sequence[tuple[int, ...]], groups: Sequence[Sequence[Response]]) -> dict:
+    def _train(self, cid: int, pids: Sequence[tuple[int, ...]], groups: Sequence[Sequence[Response]],
+               round_idx: int, step: int) -> dict:
         rewards = torch.tensor([[r.reward for r in g] for g in groups], dtype=torch.float32)
         adv = group_advantages(rewards, self.cfg.grpo.adv_eps)
         samples = [Sample(pid, r.token_ids if r.token_ids else (self.tokenizer.eos_token_id,), float(a), r.origin,
@@ -282,7 +287,10 @@ class ClientCore(GossipPeer):
         with self.timer.phase("train"):
             self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
             self._activate(cid)
-            metrics = self.trainer.step(samples, owner=cid)
+            if self.cfg.federation.gossip_rule == "seedflood":  # a zeroth-order step, sent as (seed, scalar)
+                metrics = self.zo_train(cid, samples, round_idx, step)
+            else:
+                metrics = self.trainer.step(samples, owner=cid)
             self.clients[cid].adapter = self.trainer.adapter()
         self._sync_engine(cid)
         lengths = [len(r.token_ids) for g in groups for r in g]
@@ -316,7 +324,7 @@ class ClientCore(GossipPeer):
         out = []
         for (cid, _), (pids, groups) in zip(requests, rolled):
             maybe_crash("client", round_idx, step, "private_train", cid)
-            out.append({"step": step, "public": False, "gen_s": gen_s, **self._train(cid, pids, groups)})
+            out.append({"step": step, "public": False, "gen_s": gen_s, **self._train(cid, pids, groups, round_idx, step)})
         return out
 
     @timed_call
@@ -340,7 +348,7 @@ class ClientCore(GossipPeer):
         out = []
         for cid in self._hosted(list(groups)):
             maybe_crash("client", round_idx, step, "public_train", cid)
-            out.append({"step": step, "public": True, **self._train(cid, pids, groups[cid])})
+            out.append({"step": step, "public": True, **self._train(cid, pids, groups[cid], round_idx, step)})
         return out
 
     def _sent(self, adapter: Adapter) -> Adapter:

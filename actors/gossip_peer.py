@@ -1,25 +1,35 @@
-"""The client actor's side of serverless training (federation.method dsgd-lora, chocosgd-lora).
+"""The client actor's side of serverless training (federation.method dsgd, dsgd-lora, chocosgd,
+chocosgd-lora, seedflood).
 
-Each hosted logical client keeps its own LoRA tensors across rounds (there is no global model) and,
-every `gossip_every` local steps, exchanges with its graph neighbours only (pubswap/topology.py),
-wherever they are hosted: the driver hands each actor the object refs of exactly the payloads its
-clients' neighbours put, so no server and no all-to-all is involved.
+Each hosted logical client keeps its own tensors across rounds (the LoRA tensors, or every weight for
+the full-parameter methods; there is no global model) and, every `gossip_every` local steps,
+exchanges with its graph neighbours only (pubswap/topology.py), wherever they are hosted: the driver
+hands each actor the object refs of exactly the payloads its clients' neighbours put, so no server and
+no all-to-all is involved.
 
     payloads = actor.gossip_payload(round, step, ids)      # DSGD: x_i; CHOCO: q_i = Q(x_i - xh_i)
     actor.gossip_apply(round, step, rows, need, *payloads of `need`)
 
 CHOCO's public copies xh_j are kept once per actor for every j its clients need (its own clients and
 their neighbours); all holders of xh_j apply the same messages, so the copies agree everywhere.
+
+SeedFlood: a client's local step is zeroth-order (trainer.zo_step) and its whole update is a 20-byte
+message (step, origin, seed, scalar). Every client starts a gossip period from the same weights x_b
+(held once per actor); within it a client holds x_b plus its own messages. At the period's end the
+messages are flooded (jobs/federation.py counts the hops and bytes of the flood on the graph) and
+every client rebuilds x_b + all of the period's messages in canonical order: bitwise the same weights
+on every client and actor, so one tensor per actor serves all its clients again.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from pubswap.faults import maybe_crash
-from pubswap.gossip import Compressed, choco_consensus, choco_message, make_compressor, mix_row
+from pubswap.gossip import Compressed, SeedMessage, apply_messages, choco_consensus, choco_message, make_compressor, mix_row
 from pubswap.lora import Adapter, flatten, num_bytes
 from pubswap.seeding import derive_seed
 from pubswap.topology import make_topology
@@ -37,6 +47,8 @@ class GossipPeer:
     def _gossip_setup(self) -> None:
         f = self.cfg.federation
         self.public: dict[int, Adapter] = {}  # CHOCO: xh_j for j in self.need
+        self.flood_base: Adapter | None = None  # SeedFlood: x_b, the weights every client starts the period from
+        self.pending: dict[int, list[SeedMessage]] = {}  # SeedFlood: each hosted client's messages of the period
         if not f.decentralized:  # federated methods: no graph (its settings are not even checked then)
             self.topo, self.need = None, []
             return
@@ -57,7 +69,7 @@ class GossipPeer:
             for cid in cids:
                 maybe_crash("client", round_idx, step, "gossip", cid)
                 x = self.clients[cid].adapter
-                if self.cfg.federation.method == "dsgd-lora":
+                if self.cfg.federation.gossip_rule == "dsgd":
                     out.append(x)
                 else:
                     gen = torch.Generator().manual_seed(derive_seed(self.cfg.seed, "choco", round_idx, step, cid))
@@ -70,7 +82,7 @@ class GossipPeer:
         one's bytes sent and received and this actor's share of the consensus distance."""
         got = dict(zip(need, payloads))
         with self.timer.phase("avg"):
-            if self.cfg.federation.method == "dsgd-lora":
+            if self.cfg.federation.gossip_rule == "dsgd":
                 new = {i: mix_row(row, got) for i, row in rows.items()}
             else:
                 for j in need:  # every holder of xh_j applies q_j once
@@ -92,6 +104,41 @@ class GossipPeer:
         self._active = None
         return {"clients": report, "sum": total, "sq": squares, "count": len(new)}
 
+    # --- SeedFlood ----------------------------------------------------------------------------
+
+    def zo_train(self, cid: int, samples, round_idx: int, step: int) -> dict:
+        """Client `cid`'s zeroth-order GRPO step (the trainer holds its weights); its message is kept
+        for the period's flood."""
+        f = self.cfg.federation
+        seed = derive_seed(self.cfg.seed, "seedflood", round_idx, step, cid)
+        scalar, metrics = self.trainer.zo_step(samples, seed, f.zo_eps, f.zo_lr, owner=cid)
+        self.pending.setdefault(cid, []).append(SeedMessage(step, cid, seed, scalar))
+        return metrics
+
+    def flood_messages(self, round_idx: int, step: int) -> dict[int, list[SeedMessage]]:
+        """The hosted clients' messages of the period (what each one starts flooding)."""
+        for cid in self.clients:
+            maybe_crash("client", round_idx, step, "gossip", cid)
+        return {cid: list(self.pending.get(cid, [])) for cid in self.clients}
+
+    def flood_apply(self, round_idx: int, step: int, messages: Sequence[SeedMessage]) -> dict:
+        """Every client has received every message of the period: x_b += the messages in canonical
+        order; every hosted client holds x_b (one shared tensor dict). Returns this actor's share of
+        the consensus distance (which is 0 exactly when all actors rebuilt the same bits)."""
+        with self.timer.phase("avg"):
+            base = self.flood_base if self.flood_base is not None else self.global_adapter
+            self.flood_base = apply_messages(base, messages)
+            self.pending = {}
+            for client in self.clients.values():
+                client.adapter = self.flood_base
+            flat = flatten(self.flood_base, torch.float64)[0]
+            n = len(self.clients)
+        for i in self.clients:
+            self._sync_engine(i)
+        self._active = None
+        digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()  # the driver checks all actors agree
+        return {"sum": flat * n, "sq": float((flat * flat).sum()) * n, "count": n, "digest": digest}
+
     def hosted_states(self) -> dict:
         """Every hosted client's LoRA tensors, and (CHOCO) the public copy it owns."""
         return {"x": {i: c.adapter for i, c in self.clients.items()},
@@ -104,6 +151,9 @@ class GossipPeer:
             self._sync_engine(i)
         self.public = {j: {k: v.clone() for k, v in states["public"][j].items()}
                        for j in self.need if j in states.get("public", {})}
+        if self.cfg.federation.gossip_rule == "seedflood":  # states are taken at a flood: all clients alike
+            self.flood_base = next(iter(self.clients.values())).adapter
+            self.pending = {}
         self._active = None
 
     def start_round(self) -> None:

@@ -193,7 +193,12 @@ def _sampled_logprobs(completion) -> tuple[float, ...]:
 
 
 class HFEngine:
-    def __init__(self, model_dir: str, dtype: str, seed: int, eos_token_id: int | None, pad_token_id: int):
+    """transformers' generate, one prompt at a time: for toy models, machines without vLLM, and the
+    full-parameter methods (`full`: each key is served its own full weights, handed over as tensors and
+    copied into the one model before that key's prompts)."""
+
+    def __init__(self, model_dir: str, dtype: str, seed: int, eos_token_id: int | None, pad_token_id: int,
+                 full: bool = False):
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -207,14 +212,33 @@ class HFEngine:
         self.seed = seed
         self._dirs: dict = {}  # key -> adapter folder
         self._loaded: str | None = None  # the folder whose weights self.model holds
+        self.full = full
+        self._weights: dict = {}  # full: key -> (version, full weights)
+        self._version = 0
+        self._loaded_weights: tuple | None = None  # full: (key, version) that self.model holds
 
-    def set_adapter(self, adapter_dir: str | None, key=0) -> None:
+    wants_tensors = property(lambda self: self.full)  # full: set_adapter takes the weights, no folder
+
+    def set_adapter(self, adapter_dir: str | None, key=0, tensors=None) -> None:
+        if self.full:
+            self._version += 1
+            self._weights[key] = (self._version, tensors)
+            return
         self._dirs[key] = adapter_dir
 
     asleep = False  # the HF engine holds no KV cache between calls: it never sleeps
 
     def sleep(self) -> None:
         pass
+
+    def _load_full(self, key) -> None:
+        version, weights = self._weights.get(key, (None, None))
+        if weights is None or self._loaded_weights == (key, version):
+            return
+        from pubswap.full_model import load_weights
+
+        load_weights(self.model, weights)
+        self._loaded_weights = (key, version)
 
     def _load(self, adapter_dir: str | None) -> None:
         from peft import PeftModel
@@ -234,7 +258,10 @@ class HFEngine:
         out = []
         keys = keys if keys is not None else [0] * len(prompt_ids)
         for ids, seed, key in zip(prompt_ids, seeds, keys):
-            self._load(self._dirs.get(key))
+            if self.full:
+                self._load_full(key)
+            else:
+                self._load(self._dirs.get(key))
             torch.manual_seed(int(seed) % 2**63)
             x = torch.tensor([list(ids)] * n, device=self.device)
             with torch.no_grad():
@@ -259,7 +286,10 @@ class HFEngine:
 def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: int, dtype: str, seed: int,
                 tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, max_num_seqs: int = 64,
                 max_loras: int = 1, enforce_eager: bool | None = None, max_num_batched_tokens: int = 0,
-                sleep_mode: bool = False, lora_mode: str = "auto", lora_scale: float = 1.0):
+                sleep_mode: bool = False, lora_mode: str = "auto", lora_scale: float = 1.0, full: bool = False):
+    """`full`: the clients train every weight (full-parameter methods; the HF backend only)."""
+    if full and backend != "hf":
+        raise ValueError("full-parameter training serves each client's own weights: use rollout backend 'hf'")
     if backend == "vllm":
         return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization,
                           enforce_eager=enforce_eager, max_num_seqs=max_num_seqs, max_loras=max_loras,
@@ -267,7 +297,7 @@ def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: 
                           merged=resolve_lora_mode(lora_mode) == "merged", lora_scale=lora_scale)
     if backend == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad)
+        return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad, full=full)
     raise ValueError(f"unknown rollout backend {backend!r}; use 'vllm' or 'hf'")
 
 

@@ -34,7 +34,7 @@ from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
 from pubswap.evaluation import Score, score
-from pubswap.gossip import mixing_rows
+from pubswap.gossip import flood_period, mixing_rows
 from pubswap.lora import Adapter, num_bytes
 from pubswap.participation import participants
 from pubswap.topology import make_topology
@@ -223,12 +223,35 @@ class Federation:
             calls.append(a.gossip_apply.remote(round_idx, step, {i: rows[i] for i in ids}, need,
                                                *[refs[j] for j in need]))
         results = self._call(calls)
+        per_client = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
+        return self._gossip_record(step, results, [c["sent"] for c in per_client],
+                                   [c["received"] for c in per_client])
+
+    def flood(self, round_idx: int, step: int) -> dict:
+        """SeedFlood's gossip: every client's messages of the period are flooded over the graph until
+        every client holds all of them, then every client applies them (actors/gossip_peer.py). The
+        flood's hops and each client's bytes are those of the protocol on this graph (pubswap.gossip.
+        flood_period: each message forwarded once by every client to each neighbour); the messages
+        reach the actors in one call, since each holds all of them after `hops` (<= diameter) hops."""
+        per_actor = self._call([a.flood_messages.remote(round_idx, step) for a in self.actors])
+        new = {cid: msgs for part in per_actor for cid, msgs in part.items()}
+        hops, sent, received = flood_period(self.topo, [new.get(i, []) for i in range(self.topo.n)])
+        ref = ray.put(sorted(m for msgs in new.values() for m in msgs))
+        results = self._call([a.flood_apply.remote(round_idx, step, ref) for a in self.actors])
+        record = self._gossip_record(step, results, sent, received)
+        if len({r["digest"] for r in results}) == 1:
+            record["consensus"] = 0.0  # every actor rebuilt the same bits (the formula would leave rounding)
+        return {**record, "hops": hops}
+
+    def _gossip_record(self, step: int, results: Sequence[dict], sent: list[int], received: list[int]) -> dict:
+        """The consensus distance after a gossip (from the actors' sums and squared norms), each client's
+        bytes, and the mean bytes over a directed edge of the graph."""
         n = sum(r["count"] for r in results)
         mean = sum(r["sum"] for r in results) / n
         consensus = max(0.0, (sum(r["sq"] for r in results) - n * float((mean * mean).sum())) / n)
-        per_client = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
-        return {"step": step, "consensus": consensus, "sent": [c["sent"] for c in per_client],
-                "received": [c["received"] for c in per_client]}
+        directed = sum(len(nb) for nb in self.topo.neighbours)
+        return {"step": step, "consensus": consensus, "sent": sent, "received": received,
+                "edge_bytes": sum(sent) / max(1, directed)}
 
     def states(self) -> dict:
         """Every client's own tensors (and CHOCO's public copies), for the checkpoint."""

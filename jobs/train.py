@@ -153,6 +153,7 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
     fed.calls_s = 0.0
     t_round = time.perf_counter()
     parts = list(range(f.num_clients))
+    seedflood = f.gossip_rule == "seedflood"
     fed.start_round()
     steps, gossips = [], []
     with progress(f.tau, f"round {r}/{f.rounds}") as bar:
@@ -160,29 +161,43 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
             maybe_crash("driver", r, s, "step")
             out = fed.private_step(r, s, parts)
             line = _step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0)
-            if s % f.gossip_every == 0:
-                g = fed.gossip(r, s)
+            # SeedFlood floods at the round's end too: a checkpoint then holds one model, the same on all clients
+            if s % f.gossip_every == 0 or (seedflood and s == f.tau):
+                g = fed.flood(r, s) if seedflood else fed.gossip(r, s)
                 gossips.append(g)
                 out["consensus"] = g["consensus"]
                 line += f", gossip: consensus distance {g['consensus']:.3e}"
+                if seedflood:
+                    line += f", flood delivered in {g['hops']} hops"
             steps.append(out)
             bar.write(line)
             sys.stdout.flush()
             bar.update()
     states = fed.states()
-    average = client_average(states, parts)
+    if seedflood:  # every client rebuilt the same bits: that model is the checkpoint, no per-client states
+        import torch
+
+        average = states["x"][0]
+        differ = [c for c in parts if any(not torch.equal(states["x"][c][k], average[k]) for k in average)]
+        if differ:
+            raise RuntimeError(f"seedflood: clients {differ[:5]} hold other weights than client 0 after the flood")
+    else:
+        average = client_average(states, parts)
     drift = [{"drift_sq": squared_distance(states["x"][c], average).item()} for c in parts]
     comm = {"upload": [sum(g["sent"][c] for g in gossips) for c in parts],
             "download": [sum(g["received"][c] for g in gossips) for c in parts]}
     record = _round_record(r, parts, steps, drift, len(fed.actors), num_bytes(average), comm)
     record["consensus"] = [g["consensus"] for g in gossips]
+    record["bytes"]["per_edge"] = [g["edge_bytes"] for g in gossips]  # mean over directed edges, per gossip
+    if seedflood:
+        record["flood_hops"] = [g["hops"] for g in gossips]
     if r % cfg.eval_every == 0 or r == f.rounds:
         record.update(eval_record(fed.evaluate(r, average)))
         k = min(f.eval_clients, f.num_clients)
         sample = sorted(int(c) for c in rng(cfg.seed, "eval_clients", r).choice(f.num_clients, size=k, replace=False))
         record["client_pass@1"] = {str(c): fed.evaluate(r, states["x"][c]).pass_at_1 for c in sample}
     record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
-    return record, average, states
+    return record, average, None if seedflood else states
 
 
 def client_average(states: dict, parts: list[int]) -> Adapter:

@@ -15,6 +15,9 @@ What a round needs besides the global adapter is derived from (seed, round, step
 private and public batches, rollout seeds, swap draws -- and the optimizer is reset every round, so
 there are no RNG states or data cursors to save: the round index *is* the cursor.
 
+Full-parameter runs (federation.method dsgd, chocosgd, seedflood) hold `model.safetensors` and the base
+model's `config.json` instead of the adapter files (pubswap/full_model.py); state.json names the file.
+
 Decentralized methods have no global model: the checkpoint's adapter is the clients' average (what is
 evaluated), and `clients.safetensors` holds every client's own tensors ("x/<client>/<name>") and CHOCO's
 public copies ("public/<client>/<name>"), with its sha256 in state.json.
@@ -33,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pubswap.lora import WEIGHTS_NAME, Adapter, read_adapter, save_adapter
+from pubswap.lora import WEIGHTS_NAME, Adapter, save_adapter
 
 FORMAT = 1
 STATE_NAME = "state.json"
@@ -57,7 +60,10 @@ class Checkpoint:
     state: dict[str, Any] = field(default_factory=dict)
 
     def adapter(self) -> Adapter:
-        return read_adapter(self.path)
+        """The global adapter (or, for a full-parameter run, every weight of the model)."""
+        from safetensors.torch import load_file
+
+        return load_file(str(self.path / weights_file(self.state)))
 
     def client_states(self) -> dict | None:
         """{"x": {client: tensors}, "public": {client: tensors}} of a decentralized run; None otherwise."""
@@ -75,6 +81,11 @@ class Checkpoint:
 def flat_client_states(states: Mapping) -> dict:
     return {f"{kind}/{cid}/{k}": t.contiguous() for kind in ("x", "public")
             for cid, tensors in sorted(states.get(kind, {}).items()) for k, t in sorted(tensors.items())}
+
+
+def weights_file(state: Mapping[str, Any]) -> str:
+    """The checkpoint's weights file: the adapter's, or a full-parameter run's model.safetensors."""
+    return state.get("weights_file", WEIGHTS_NAME)
 
 
 def round_dir(ckpt_dir: Path, round_idx: int) -> Path:
@@ -122,11 +133,17 @@ def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mappin
     final = round_dir(ckpt_dir, round_idx)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=ckpt_dir))
     try:
-        save_adapter(tmp / "adapter", adapter, lora_config)
+        name = getattr(lora_config, "weights_name", WEIGHTS_NAME)  # full-parameter: FullModelConfig
+        if name == WEIGHTS_NAME:
+            save_adapter(tmp / "adapter", adapter, lora_config)
+        else:
+            lora_config.save(tmp / "adapter", adapter)
         for f in (tmp / "adapter").iterdir():
             os.replace(f, tmp / f.name)
         (tmp / "adapter").rmdir()
-        full = {**state, "format": FORMAT, "round": round_idx, "weights_sha256": sha256_file(tmp / WEIGHTS_NAME)}
+        full = {**state, "format": FORMAT, "round": round_idx, "weights_sha256": sha256_file(tmp / name)}
+        if name != WEIGHTS_NAME:
+            full["weights_file"] = name
         if clients is not None:
             from safetensors.torch import save_file
 
@@ -159,11 +176,12 @@ def verify(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"{STATE_NAME} has an unknown format"
     if state.get("round") != int(path.name[len(PREFIX):]):
         return None, f"{STATE_NAME} says round {state.get('round')}"
-    weights = path / WEIGHTS_NAME
+    name = weights_file(state)
+    weights = path / name
     if not weights.is_file():
-        return None, f"no {WEIGHTS_NAME}"
+        return None, f"no {name}"
     if sha256_file(weights) != state.get("weights_sha256"):
-        return None, f"{WEIGHTS_NAME} does not match its sha256 (truncated or modified)"
+        return None, f"{name} does not match its sha256 (truncated or modified)"
     if state.get("clients_sha256"):
         clients = path / CLIENTS_NAME
         if not clients.is_file() or sha256_file(clients) != state["clients_sha256"]:

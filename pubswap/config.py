@@ -46,8 +46,12 @@ def _check_aggregation_kwargs(f) -> None:
         raise ConfigError(f"federation.aggregation_kwargs: {e}") from None
 
 
-# serverless methods: each client gossips its LoRA tensors with its graph neighbours (pubswap/gossip.py)
-DECENTRALIZED = ("dsgd-lora", "chocosgd-lora")
+# serverless methods: each client exchanges with its graph neighbours only (pubswap/gossip.py). The -lora
+# forms gossip the LoRA tensors; dsgd, chocosgd and seedflood train and exchange every weight of the model
+FULL_PARAMETER = ("dsgd", "chocosgd", "seedflood")
+DECENTRALIZED = ("dsgd-lora", "chocosgd-lora", *FULL_PARAMETER)
+GOSSIP_RULES = {"dsgd": "dsgd", "dsgd-lora": "dsgd", "chocosgd": "choco", "chocosgd-lora": "choco",
+                "seedflood": "seedflood"}
 # centralized: the reference of normalized performance, one learner on every client's data (jobs/centralized.py)
 METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random", *DECENTRALIZED, "centralized")
 TOPOLOGIES = ("ring", "meshgrid", "torus", "complete", "edges")
@@ -146,10 +150,24 @@ class FederationConfig:
     choco_compressor: str = "top-k"  # top-k | rand-k | identity
     choco_fraction: float = 0.1
     eval_clients: int = 2  # decentralized: also the pass@1 of this many sampled clients' own adapters
+    # seedflood: the zeroth-order step x <- x - zo_lr * g * z, g the loss difference along z over 2 zo_eps
+    # (MeZO's full-parameter OPT values)
+    zo_eps: float = 1e-3
+    zo_lr: float = 1e-6
 
     @property
     def decentralized(self) -> bool:
         return self.method in DECENTRALIZED
+
+    @property
+    def full_parameter(self) -> bool:
+        """Every weight of the model is trained (no LoRA): dsgd, chocosgd, seedflood."""
+        return self.method in FULL_PARAMETER
+
+    @property
+    def gossip_rule(self) -> str | None:
+        """dsgd | choco | seedflood for the decentralized methods, else None."""
+        return GOSSIP_RULES.get(self.method)
 
     def clients_in_round(self) -> int:
         if self.clients_per_round > 0:
@@ -443,6 +461,12 @@ def validate(cfg: RunConfig) -> None:
             raise ConfigError(f"federation.{'edges' if f.topology == 'edges' else 'topology'}: {e}") from None
         need(f.clients_in_round() == f.num_clients, "federation.participation",
              "decentralized methods train every client every round (participation 1)")
+    if f.full_parameter:
+        need(cfg.rollout.backend == "hf", "rollout.backend",
+             f"federation.method {f.method} trains every weight, so each client's rollouts need its own full "
+             "weights: only the HF backend serves them (set rollout.backend: hf)")
+    need(f.zo_eps > 0, "federation.zo_eps", f"must be > 0, got {f.zo_eps}")
+    need(f.zo_lr > 0, "federation.zo_lr", f"must be > 0, got {f.zo_lr}")
     need(f.aggregation in AGGREGATIONS, "federation.aggregation", f"must be one of {AGGREGATIONS}")
     _check_aggregation_kwargs(f)
     need(f.weighting in WEIGHTINGS, "federation.weighting", f"must be one of {WEIGHTINGS}")

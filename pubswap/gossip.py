@@ -191,10 +191,10 @@ def apply_messages(x: Mapping[str, Tensor], messages: Sequence[SeedMessage]) -> 
 
 
 def flood(topo: Topology, new: Sequence[Sequence[SeedMessage]], held: list[set[SeedMessage]],
-          fresh: list[set[SeedMessage]]) -> list[int]:
+          fresh: list[set[SeedMessage]], received: list[int] | None = None) -> list[int]:
     """One flooding round: client i adds its `new[i]` messages, sends every message it has not yet
     forwarded (`fresh[i]`) to each neighbour; returns the bytes each client sent. `held` / `fresh`
-    are updated in place."""
+    are updated in place; `received[j]` (if given) is increased by the bytes client j was sent."""
     for i, msgs in enumerate(new):
         held[i].update(msgs)
         fresh[i].update(msgs)
@@ -204,7 +204,31 @@ def flood(topo: Topology, new: Sequence[Sequence[SeedMessage]], held: list[set[S
         f.clear()
     for i, o in enumerate(outgoing):
         for j in topo.neighbours[i]:
+            if received is not None:
+                received[j] += len(o) * SeedMessage.NBYTES
             unseen = o - held[j]
             held[j].update(unseen)
             fresh[j].update(unseen)
     return sent
+
+
+def flood_period(topo: Topology, new: Sequence[Sequence[SeedMessage]]) -> tuple[int, list[int], list[int]]:
+    """Flood one gossip period's messages (`new[i]`: client i's) until no client has anything left to
+    forward. Returns the hops after which every client held every message (at most the diameter) and
+    each client's bytes sent and received over the whole flood (every message crosses every edge once
+    in each direction it is forwarded)."""
+    n = topo.n
+    held: list[set[SeedMessage]] = [set() for _ in range(n)]
+    fresh: list[set[SeedMessage]] = [set() for _ in range(n)]
+    total = len({m for msgs in new for m in msgs})
+    sent, received = [0] * n, [0] * n
+    hops, delivered_after = 0, 0
+    batch = list(new)
+    while hops == 0 or any(fresh):
+        for i, b in enumerate(flood(topo, batch, held, fresh, received)):
+            sent[i] += b
+        batch = [[] for _ in range(n)]
+        hops += 1
+        if not delivered_after and all(len(h) == total for h in held):
+            delivered_after = hops
+    return delivered_after, sent, received

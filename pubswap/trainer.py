@@ -30,6 +30,7 @@ are fp32. Adapters leave the trainer as CPU tensors (`adapter()`), for the engin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -100,8 +101,6 @@ class LoraGRPOTrainer:
                  strategy: AggregationStrategy | None = None, seed: int = 0, base_model_name: str = "",
                  device: torch.device | str | None = None):
         """`base_model`: a transformers causal LM (its weights are not trained). Use `load` for a folder."""
-        from peft import get_peft_model
-
         torch.manual_seed(seed)
         self.grpo = grpo
         self.strategy = strategy
@@ -110,25 +109,31 @@ class LoraGRPOTrainer:
         self.device = torch.device(device) if device is not None else default_device()
         base_model.config.use_cache = False
         base_model.to(self.device)
-        self.model = get_peft_model(base_model, peft_lora_config(lora.max_r, lora.alpha, lora.target_modules,
-                                                                 lora.dropout, base_model=base_model_name))
-        for p in self.model.parameters():
-            if p.requires_grad:
-                p.data = p.data.float()  # LoRA weights, their gradients and the AdamW state in fp32
-        for name, p in self.model.named_parameters():
-            if p.requires_grad and strategy is not None and not strategy.trains(name):
-                p.requires_grad_(False)  # e.g. FFA-LoRA's A: kept at its seeded initialisation
+        self.model, self.lora_config = self._trainable_model(base_model, lora, base_model_name)
         ckpt = grpo.gradient_checkpointing if grpo.gradient_checkpointing is not None else self.device.type == "cuda"
         if ckpt:
             # non-reentrant checkpointing needs no input grads (the embeddings are frozen)
-            self.model.get_base_model().gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False})
+            self.causal().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.gradient_checkpointing = ckpt
-        self.lora_config = self.model.peft_config["default"]
         self.model.eval()
         self.anchor: Adapter = self.adapter()  # round-start global adapter (CPU)
-        self._anchor_dev: dict[str, Tensor] = self._on_device(self.anchor)
+        self._anchor_dev: dict[str, Tensor] = self._penalty_anchor()
         self.reset_optimizer()
+
+    def _trainable_model(self, base_model, lora: LoraConfig, base_model_name: str):
+        """The model the optimizer steps (here: PEFT LoRA layers on the frozen base) and the config that
+        describes its weights on disk (here: the PEFT LoraConfig)."""
+        from peft import get_peft_model
+
+        model = get_peft_model(base_model, peft_lora_config(lora.max_r, lora.alpha, lora.target_modules,
+                                                            lora.dropout, base_model=base_model_name))
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()  # LoRA weights, their gradients and the AdamW state in fp32
+        for name, p in model.named_parameters():
+            if p.requires_grad and self.strategy is not None and not self.strategy.trains(name):
+                p.requires_grad_(False)  # e.g. FFA-LoRA's A: kept at its seeded initialisation
+        return model, model.peft_config["default"]
 
     @classmethod
     def load(cls, model_dir: str, lora: LoraConfig, grpo: GRPOConfig, dtype: str = "float32",
@@ -150,6 +155,10 @@ class LoraGRPOTrainer:
     def _on_device(self, adapter: Adapter) -> dict[str, Tensor]:
         return {k: v.detach().to(self.device, torch.float32, copy=True) for k, v in adapter.items()}
 
+    def _penalty_anchor(self) -> dict[str, Tensor]:
+        """The anchor on the device, for the strategy's client penalty (none without a strategy)."""
+        return self._on_device(self.anchor) if self.strategy is not None else {}
+
     def trainable(self) -> dict[str, Tensor]:
         return {n: p for n, p in self.model.named_parameters() if p.requires_grad}
 
@@ -164,20 +173,24 @@ class LoraGRPOTrainer:
     def activate(self, adapter: Adapter, optimizer: torch.optim.Optimizer) -> None:
         """Switch to another client's state: its LoRA weights become the live ones, its optimizer (from
         `new_optimizer`, over the same parameter objects, with that client's moments) steps them."""
-        load_into_model(self.model, adapter)
+        self.load_weights(adapter)
         self.optimizer = optimizer
 
     def set_adapter(self, adapter: Adapter, reset_optimizer: bool = True) -> None:
         """Load the (global) adapter; it becomes the anchor of the client penalty. Optimizer reset per round."""
-        load_into_model(self.model, {k: v.float() for k, v in adapter.items()})
+        self.load_weights({k: v.float() for k, v in adapter.items()})
         self.anchor = {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in adapter.items()}
-        self._anchor_dev = self._on_device(self.anchor)
+        self._anchor_dev = self._penalty_anchor()
         if reset_optimizer:
             self.reset_optimizer()
 
     def adapter(self) -> Adapter:
         """The live LoRA weights as detached fp32 CPU tensors."""
         return adapter_from_model(self.model)
+
+    def load_weights(self, adapter: Adapter) -> None:
+        """Copy `adapter` (every trained tensor) into the live weights."""
+        load_into_model(self.model, adapter)
 
     # --- log-probs ----------------------------------------------------------------------------
 
@@ -197,7 +210,7 @@ class LoraGRPOTrainer:
     def _logprobs(self, mb: MicroBatch, temperature: float, entropy: str = "") -> Tensor | tuple[Tensor, Tensor]:
         """[N] log-probs of the micro-batch's response tokens, row by row (grad flows when enabled);
         with `entropy` ("grad" / "value") also their [N] entropies."""
-        causal = self.model.get_base_model()  # the transformers model, with PEFT's LoRA layers inside
+        causal = self.causal()  # the transformers model (with PEFT's LoRA layers inside)
         hidden = causal.get_decoder()(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
         scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
         targets = mb.ids[:, 1:][mb.mask]
@@ -210,8 +223,16 @@ class LoraGRPOTrainer:
         self.model.eval()
         if use_adapter:
             return [self._logprobs(mb, temperature) for mb in mbs]
-        with self.model.disable_adapter():
+        with self.reference_model():
             return [self._logprobs(mb, temperature) for mb in mbs]
+
+    def causal(self):
+        """The transformers causal LM whose forward computes the log-probs."""
+        return self.model.get_base_model()
+
+    def reference_model(self):
+        """A context in which `causal()` computes the reference policy's log-probs: the base model."""
+        return self.model.disable_adapter()
 
     def response_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0,
                           use_adapter: bool = True) -> list[Tensor]:
@@ -326,6 +347,46 @@ class LoraGRPOTrainer:
         metrics.update({k: v / updates for k, v in sums.items()})
         metrics.update(micro_batches=len(flat_mbs), updates=updates, skipped_updates=skipped)
         return metrics
+
+    @torch.no_grad()
+    def zo_step(self, samples: Sequence[Sample], seed: int, eps: float, lr: float,
+                owner: int | None = None) -> tuple[float, dict[str, float]]:
+        """One zeroth-order GRPO step (SeedFlood's local learner, MeZO-style): along the Gaussian direction
+        z(seed) over the trained tensors, g = (L(x + eps z) - L(x - eps z)) / (2 eps) with L the step's
+        GRPO loss (old log-probs: the current policy), and x <- x - (lr g) z. Forward passes only.
+
+        Returns the fp32 scalar lr * g (the message: with the seed it rebuilds the update anywhere, by
+        pubswap.gossip.apply_messages, which this step itself uses) and the step's metrics."""
+        from pubswap.gossip import SeedMessage, apply_messages, direction
+
+        g = self.grpo
+        mbs = self.micro_batches(samples)
+        old = self._frozen_logprobs(mbs, g.temperature, use_adapter=True)
+        ref = self._frozen_logprobs(mbs, g.temperature, use_adapter=False) if g.kl_coef > 0 else [None] * len(mbs)
+        off = {i for i, s in enumerate(samples) if owner is not None and s.origin not in (owner, -1)}
+        metrics: dict[str, float] = self._nll(mbs, old, off)
+        n_tokens = float(sum(mb.tokens for mb in mbs))
+        x = self.adapter()
+        z = direction(seed, x)
+
+        def loss_at(sign: float) -> float:
+            self.load_weights({k: x[k] + sign * eps * z[k] for k in x})
+            total = 0.0
+            for mb, old_mb, ref_mb in zip(mbs, old, ref):
+                logp = self._logprobs(mb, g.temperature)
+                out = grpo_loss(logp, old_mb, ref_mb, mb.advantages, torch.ones_like(logp), clip_low=g.clip_low,
+                                clip_high=g.clip_high, clip_ratio_c=g.clip_ratio_c,
+                                log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef, denominator=n_tokens)
+                total += float(out.loss)
+            return total
+
+        plus, minus = loss_at(1.0), loss_at(-1.0)
+        grad = (plus - minus) / (2 * eps)
+        scalar = float(torch.tensor(lr * grad, dtype=torch.float32)) if math.isfinite(grad) else 0.0
+        self.load_weights(apply_messages(x, [SeedMessage(0, 0, seed, scalar)]))
+        metrics.update(loss=(plus + minus) / 2, projected_grad=grad, zo_scalar=scalar, micro_batches=len(mbs),
+                       updates=1, skipped_updates=int(not math.isfinite(grad)))
+        return scalar, metrics
 
     def _zero_grads_beyond_rank(self) -> None:
         """A client of rank r < max rank trains only the first r components: rows r.. of every A and
