@@ -11,7 +11,8 @@ no all-to-all is involved.
     actor.gossip_apply(round, step, rows, need, *payloads of `need`)
 
 CHOCO's public copies xh_j are kept once per actor for every j its clients need (its own clients and
-their neighbours); all holders of xh_j apply the same messages, so the copies agree everywhere.
+their neighbours), starting at the run's initial weights; all holders of xh_j apply the same messages,
+so the copies agree everywhere.
 
 SeedFlood: a client's local step is zeroth-order (trainer.zo_step) and its whole update is a 20-byte
 message (step, origin, seed, scalar). Every client starts a gossip period from the same weights x_b
@@ -55,11 +56,14 @@ class GossipPeer:
         self.topo = make_topology(f.topology, f.num_clients, f.edges)
         self.need = sorted({j for i in self.clients for j in (i, *self.topo.neighbours[i])})
         self.compress = make_compressor(f.choco_compressor, f.choco_fraction)
+        # CHOCO's public copies start at the run's initial weights (the seeded adapter or the base model),
+        # which every client knows without a message; from zeros, the first top-k messages would carry
+        # the initial weights themselves, and clients whose top-k sets differ would be pulled apart
+        self.choco_start: Adapter | None = self.global_adapter if f.gossip_rule == "choco" else None
 
     def _public(self, j: int) -> Adapter:
         if j not in self.public:
-            like = next(iter(self.clients.values())).adapter
-            self.public[j] = {k: torch.zeros_like(v) for k, v in like.items()}
+            self.public[j] = self.choco_start  # tensors are replaced, never changed in place
         return self.public[j]
 
     def gossip_payload(self, round_idx: int, step: int, cids: Sequence[int]):

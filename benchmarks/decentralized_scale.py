@@ -2,9 +2,11 @@
 
     python benchmarks/decentralized_scale.py [--sizes 16 32 64 128] [--actors 2]
 
-The tiny digit model of the tests (built here in a second; LoRA r=8: 32,768 values, 128 KiB per client), HF
-rollouts, one local GRPO step (b=1 prompt x K=2) and one gossip per round, no evaluation, on a fresh
-local Ray with the clients multiplexed on --actors actors. Per (size, topology, method): the round's
+The tiny digit model of the tests (built here in a second; LoRA r=8: 32,768 values, 128 KiB per client;
+all its weights: 382,592 values, 1.5 MiB), HF rollouts, one local GRPO step (b=1 prompt x K=2) and one
+gossip per round, no evaluation, on a fresh local Ray with the clients multiplexed on --actors actors,
+for every decentralized method: dsgd-lora, chocosgd-lora, and the full-parameter dsgd, chocosgd and
+seedflood (a zeroth-order step, then a flood of the (seed, scalar) messages). Per (size, topology, method): the round's
 wall time, the part of it spent in gossip (payload + apply: the actors' "avg" phase, mean over actors), the
 peak node memory the run added per client, and the bytes each client sent and received (mean).
 SmolLM2-135M does not fit this table's time on 2 cores (one GRPO step per client is ~15 s, so 128
@@ -67,6 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="*", default=[16, 32, 64, 128])
     ap.add_argument("--actors", type=int, default=2)
+    ap.add_argument("--methods", nargs="*", default=["dsgd-lora", "chocosgd-lora", "dsgd", "chocosgd", "seedflood"])
     args = ap.parse_args()
     from tiny_model import build_tiny_model
 
@@ -76,7 +79,7 @@ def main() -> None:
           f"{'sent B/client':>13} {'recv B/client':>13} {'consensus':>10}", flush=True)
     for n in args.sizes:
         for topology in ("ring", "meshgrid"):
-            for method in ("dsgd-lora", "chocosgd-lora"):
+            for method in args.methods:
                 r = one(model_dir, out, n, topology, method, args.actors)
                 print(f"{n:>7} {topology:>9} {method:>13} {r['round_s']:>8.1f} {r['gossip_s']:>8.2f} "
                       f"{r['mib_per_client']:>10.1f} {r['sent']:>13,.0f} {r['received']:>13,.0f} "

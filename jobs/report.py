@@ -2,6 +2,7 @@
 
     python -m jobs.report runs/paper/*            # any run directories (paper cells or not)
     python -m jobs.report runs/a runs/b --plot cmp.png
+    python -m jobs.report runs/dsgd_* runs/central --reference runs/central
 
 It also draws the runs side by side into a PNG (default report.png): pass@1 per round with error
 bars and the mean training reward per round, one line per run, labelled by run, method and tau.
@@ -11,6 +12,10 @@ runs that match no cell are listed with the paper columns empty. Numbers are per
 the best evaluated round (including the base model at round 0), as in the paper's Tables 7-8. "SE" is
 the final pass@1's standard error over the test prompts (x responses per prompt, config eval_n): gaps
 between methods smaller than about two of them are noise.
+
+"norm." is the decentralized leaderboard's normalized performance: final pass@1 / the reference run's
+final pass@1 x 100 (100 = parity). The reference is `--reference`, or else the one run among those
+listed whose federation.method is `centralized` (jobs/centralized.py); "-" when there is none.
 """
 
 from __future__ import annotations
@@ -75,17 +80,38 @@ def se_text(r: dict) -> str:
     return f"±{100 * r['se']:.1f} ({r['prompts']}x{r['n']})"
 
 
-def table(run_dirs: list[Path]) -> str:
+def reference_run(run_dirs: list[Path], reference: Path | None) -> Path | None:
+    """The run normalized performance is relative to: `reference`, else the only centralized run listed."""
+    if reference is not None:
+        return reference
+    central = [d for d in run_dirs
+               if json.loads((d / "config.json").read_text())["federation"]["method"] == "centralized"]
+    return central[0] if len(central) == 1 else None
+
+
+def normalized(final: float, reference_final: float | None) -> str:
+    if reference_final is None:
+        return "-"
+    if reference_final == 0:
+        return "inf" if final > 0 else "-"
+    return f"{100 * final / reference_final:.1f}"
+
+
+def table(run_dirs: list[Path], reference: Path | None = None) -> str:
+    ref = reference_run(run_dirs, reference)
+    ref_final = read_run(ref)["final"] if ref is not None else None
     lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'SE (prompts x n)':>17} {'best':>6} "
-             f"{'MB/round/client':>15} {'public MB':>9} | paper (table: base final/best)"]
+             f"{'norm.':>6} {'MB/round/client':>15} {'public MB':>9} | paper (table: base final/best)"]
     for d in run_dirs:
         r = read_run(d)
         paper = paper_entries(r["cell"])
         base = BASE.get((r["cell"].model, r["cell"].dataset)) if r["cell"] else None
         refs = "; ".join(f"T{t}: {fmt(base)} {fmt(final)}/{fmt(best)}" for t, final, best in paper) or "-"
         lines.append(f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "
-                     f"{se_text(r):>17} {100 * r['best']:>6.1f} {mb(r['adapter_mb']):>15} {mb(r['public_mb']):>9} "
-                     f"| {refs}")
+                     f"{se_text(r):>17} {100 * r['best']:>6.1f} {normalized(r['final'], ref_final):>6} "
+                     f"{mb(r['adapter_mb']):>15} {mb(r['public_mb']):>9} | {refs}")
+    if ref is not None:
+        lines.append(f"norm. = final pass@1 / {ref.name}'s final pass@1 ({100 * ref_final:.1f}) x 100")
     return "\n".join(lines)
 
 
@@ -104,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dirs", nargs="+", type=Path)
     ap.add_argument("--plot", type=Path, default=Path("report.png"), help="PNG to draw the runs into")
+    ap.add_argument("--reference", type=Path, default=None,
+                    help="the run (e.g. federation.method centralized) that normalized performance divides by")
     args = ap.parse_args(argv)
     try:
-        print(table(args.run_dirs))
+        print(table(args.run_dirs, args.reference))
         from pubswap.plots import plot
 
         print(f"plot: {plot([run_curve(d) for d in args.run_dirs], args.plot)}")

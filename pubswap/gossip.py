@@ -132,13 +132,15 @@ class Choco:
     compress: Callable = identity
     seed: int = 0
     public: list[Params] = field(default_factory=list)
+    initial: Mapping[str, Tensor] | None = None  # where the public copies start (None: zeros, as in the paper)
 
     def step(self, xs: Sequence[Mapping[str, Tensor]], t: int) -> tuple[list[Params], list[int]]:
         """The consensus step after the local updates of step t; the new x's and each client's bytes sent
         (one message per neighbour)."""
         n = len(xs)
         if not self.public:
-            self.public = [{k: torch.zeros_like(v) for k, v in x.items()} for x in xs]
+            self.public = [{k: torch.zeros_like(v) if self.initial is None else self.initial[k].clone()
+                            for k, v in x.items()} for x in xs]
         rows = mixing_rows(self.topo)
         sent = []
         for i in range(n):

@@ -13,6 +13,10 @@ The needs are estimates from the model's shape (read from its config, counted on
              (grpo.micro_batch_tokens; with gradient checkpointing only each layer's input is kept,
              plus one layer's full activations) + LM-head chunks ([grpo.logprob_chunk, vocab] fp32,
              about 3 alive in backward) + CUDA context and workspaces
+  full-parameter methods (dsgd, chocosgd, seedflood): the trained weights and their gradient in fp32,
+             AdamW moments (fp32 x 2) for every hosted client (they stay on the device; seedflood's
+             zeroth-order steps make none), a frozen base copy in the model dtype when grpo.kl_coef > 0,
+             and the same activations, logits and CUDA terms
   engine   = weights + LoRA slots (max_loras adapters at vLLM's max rank) + the KV cache of one
              full-length sequence + CUDA graphs and sampler buffers
 
@@ -74,8 +78,9 @@ def model_shape(config, lora_r: int, lora_alpha: int, target_modules: list[str])
 
 
 def trainer_need(shape: ModelShape, dtype: str, clients: int, micro_batch_tokens: int, logprob_chunk: int,
-                 gradient_checkpointing: bool) -> dict[str, float]:
-    """Estimated peak bytes of the trainer, by part."""
+                 gradient_checkpointing: bool, full: str = "", kl_reference: bool = False) -> dict[str, float]:
+    """Estimated peak bytes of the trainer, by part. `full`: "adamw" or "zo" (zeroth order) for the
+    full-parameter methods (every weight trained), "" for LoRA."""
     b = DTYPE_BYTES[dtype]
     s = shape
     # saved for backward per token per layer: norms, q/k/v/o inputs and outputs, MLP gate/up/act/product,
@@ -86,8 +91,13 @@ def trainer_need(shape: ModelShape, dtype: str, clients: int, micro_batch_tokens
         acts = micro_batch_tokens * (s.layers * s.hidden * b + per_layer)
     else:
         acts = micro_batch_tokens * s.layers * per_layer
-    return {"weights": s.params * b,
-            "LoRA+AdamW": s.lora_params * 4 * (3 + 2 * clients),
+    if full:
+        trained = {"fp32 weights+grad": s.params * 4 * (2 if full == "adamw" else 1),
+                   "AdamW": s.params * 8 * clients if full == "adamw" else 0,
+                   "KL reference": s.params * b if kl_reference else 0}
+    else:
+        trained = {"weights": s.params * b, "LoRA+AdamW": s.lora_params * 4 * (3 + 2 * clients)}
+    return {**{k: v for k, v in trained.items() if v},
             "activations": acts,
             "logits": 3 * logprob_chunk * s.vocab * 4,
             "CUDA": TRAINER_CUDA_OVERHEAD}
@@ -162,7 +172,10 @@ def plan(cfg, shape: ModelShape, card_bytes: int, share: float, clients_per_acto
     """The budget of one client actor of run config `cfg` (pubswap.config.RunConfig) on a card."""
     m, g = cfg.model, cfg.grpo
     ckpt = g.gradient_checkpointing if g.gradient_checkpointing is not None else on_cuda
-    trainer = trainer_need(shape, m.dtype, clients_per_actor, g.micro_batch_tokens, g.logprob_chunk, ckpt)
+    f = cfg.federation
+    full = ("zo" if f.gossip_rule == "seedflood" else "adamw") if f.full_parameter else ""
+    trainer = trainer_need(shape, m.dtype, clients_per_actor, g.micro_batch_tokens, g.logprob_chunk, ckpt,
+                           full=full, kl_reference=bool(full) and g.kl_coef > 0)
     engine = engine_need(shape, m.dtype, m.max_prompt_len + m.max_response_len, clients_per_actor, cfg.lora.max_r,
                          vllm_max_lora_rank(cfg.lora.max_r))
     return split_gpu(card_bytes, share, cfg.rollout.gpu_memory_utilization, trainer, engine,

@@ -90,10 +90,11 @@ def test_full_parameter_methods_need_the_hf_backend(digit_model_dir, tmp_path):
 # CHOCO's restart path is the LoRA form's (in CI, tests/test_decentralized_ray.py); its full form runs in
 # `make test-heavy`. SeedFlood's flood state (the shared base, the pending messages) is new: in CI.
 @pytest.mark.parametrize("method", [pytest.param("chocosgd", marks=pytest.mark.heavy), "seedflood"])
-def test_full_parameter_client_killed_while_gossiping_is_restarted_bitwise(local_ray, digit_model_dir, tmp_path,
+def test_full_parameter_restart_and_resume_are_bitwise(local_ray, digit_model_dir, tmp_path,
                                                                           method):
     """A client actor SIGKILLs itself in round 2's gossip (CHOCO's messages, SeedFlood's flood): the
-    round is redone from the checkpointed states and every weight ends bitwise equal to a clean run."""
+    round is redone from the checkpointed states and every weight ends bitwise equal to a clean run;
+    so does a run resumed after round 1."""
     args = [f"federation.method={method}", *RING4, "federation.tau=2", "federation.zo_lr=1e-2",
             "federation.zo_eps=1e-2"]
     train(ft_config(digit_model_dir, tmp_path / "ref", *args))
@@ -109,3 +110,9 @@ def test_full_parameter_client_killed_while_gossiping_is_restarted_bitwise(local
     assert ck.round == ref.round == 2
     assert ck.state["weights_sha256"] == ref.state["weights_sha256"]
     assert ck.state.get("clients_sha256") == ref.state.get("clients_sha256")  # CHOCO: every client and copy
+    # a run stopped after round 1 and resumed (raised federation.rounds) ends bitwise where the clean one did
+    train(ft_config(digit_model_dir, tmp_path / "resumed", *args, "federation.rounds=1"))
+    train(ft_config(digit_model_dir, tmp_path / "resumed", *args))
+    resumed = latest_checkpoint(tmp_path / "resumed" / "checkpoints")
+    assert resumed.round == 2 and resumed.state["weights_sha256"] == ref.state["weights_sha256"]
+    assert resumed.state.get("clients_sha256") == ref.state.get("clients_sha256")

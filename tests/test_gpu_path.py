@@ -169,3 +169,19 @@ def test_a_gpu_run_that_cannot_start_says_why_in_one_line(fake_gpu_head, tiny_mo
     assert len(errors) == 1 and errors[0].startswith(expected), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not (run_dir / "checkpoints").exists()
+
+
+def test_full_parameter_methods_budget_every_weight_and_each_clients_adamw(qwen3):
+    """dsgd / chocosgd train every weight: fp32 weights + gradient, AdamW moments per hosted client and a
+    frozen base for the KL term; seedflood's zeroth-order steps need neither gradients nor moments."""
+    lora = trainer_need(qwen3, "bfloat16", 4, 4096, 1024, True)
+    full = trainer_need(qwen3, "bfloat16", 4, 4096, 1024, True, full="adamw", kl_reference=True)
+    zo = trainer_need(qwen3, "bfloat16", 4, 4096, 1024, True, full="zo")
+    assert full["fp32 weights+grad"] == 8 * qwen3.params and full["AdamW"] == 4 * 8 * qwen3.params
+    assert full["KL reference"] == 2 * qwen3.params and "LoRA+AdamW" not in full
+    assert zo["fp32 weights+grad"] == 4 * qwen3.params and "AdamW" not in zo
+    assert sum(lora.values()) < sum(zo.values()) < sum(full.values())
+    # 4 clients of Qwen3-1.7B full-parameter on one 80 GiB card: the one-line refusal names AdamW
+    cfg = load_config(PAPER, ["federation.method=dsgd", "rollout.backend=hf", "federation.num_clients=4"])
+    with pytest.raises(GpuBudgetError, match=r"AdamW 51\.3"):
+        plan(cfg, qwen3, 80 * GIB, 1.0, 4)

@@ -53,3 +53,18 @@ def test_report_on_an_unfinished_run_is_one_line_exit_2(tmp_path, capsys):
     (run / "config.json").write_text(json.dumps(RunConfig().to_dict()))
     assert main([str(run), "--plot", str(tmp_path / "x.png")]) == 2
     assert "no summary.json" in capsys.readouterr().err and not (tmp_path / "x.png").exists()
+
+
+def test_normalized_performance_divides_by_the_centralized_run(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    central = fake_run(tmp_path, "central", "centralized", 4, [0.2, 0.3, 0.40], [0.2, 0.3])
+    dsgd = fake_run(tmp_path, "dsgd", "dsgd-lora", 4, [0.2, 0.3, 0.38], [0.2, 0.3])
+    assert main([str(dsgd), str(central), "--plot", str(tmp_path / "p.png")]) == 0
+    # fields: run, rounds, base, final, SE (2 fields), best, norm.
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:3]}
+    assert rows["dsgd"][7] == "95.0" and rows["central"][7] == "100.0", rows
+    # an explicit reference wins; none listed and none given: "-"
+    assert main([str(dsgd), "--reference", str(dsgd), "--plot", str(tmp_path / "p.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[7] == "100.0"
+    assert main([str(dsgd), "--plot", str(tmp_path / "p.png")]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[7] == "-"
