@@ -100,6 +100,16 @@ def full_model(shapes: list[tuple[int, int]], values: int, sizes: list[int], mem
                 if need > mem_gib:
                     print(f"{n:>7} {kind:>9} {method:>10} {'-':>8} {'-':>9} {need:>14.1f} "
                           f"{'(does not fit in %g GiB)' % mem_gib:>17} {g.diameter():>4}")
+                elif method == "dsgd":
+                    xs = [{k: v + 1e-4 * i for k, v in x.items()} for i in range(n)]
+                    t = time.perf_counter()
+                    mixed = mix(g.mixing(), xs, g)
+                    secs = time.perf_counter() - t
+                    del xs, mixed
+                    print(f"{n:>7} {kind:>9} {method:>10} {secs:>8.1f} {1000 * secs / n:>9.0f} {need:>14.1f} "
+                          f"{values * 4 * deg:>17,.0f} {g.diameter():>4}", flush=True)
+                else:
+                    raise SystemExit(f"--mem-gib {mem_gib}: measuring {method} at this size is not implemented")
             hops, sent, _ = flood_period(g, [[SeedMessage(1, i, i, 1e-3)] for i in range(n)])
             t = time.perf_counter()
             apply_messages(x, [SeedMessage(1, i, i, 1e-3) for i in range(n)])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
+
+from pubswap.lora import write_folder
 
 WEIGHTS_NAME = "model.safetensors"
 MODEL_CONFIG = "config.json"
@@ -53,21 +54,13 @@ class FullModelConfig:
         return {"full_parameter": True, "base_model_name_or_path": self.base_model}
 
     def save(self, path: str | os.PathLike, weights: Mapping[str, Tensor]) -> Path:
-        """Write a model folder atomically (a temp folder renamed into place); returns its path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-        try:
+        """Write a model folder atomically; returns its path."""
+        def fill(tmp: Path) -> None:
             save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS_NAME),
                       metadata={"format": "pt"})
             shutil.copyfile(Path(self.base_model) / MODEL_CONFIG, tmp / MODEL_CONFIG)
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return path
+
+        return write_folder(path, fill)
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, Tensor]:

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,17 +60,14 @@ def load_into_model(peft_model, adapter: Mapping[str, Tensor]) -> None:
     set_peft_model_state_dict(peft_model, dict(adapter))
 
 
-def save_adapter(path: str | os.PathLike, adapter: Mapping[str, Tensor], lora_config) -> Path:
-    """Write a PEFT adapter folder atomically; returns its path."""
+def write_folder(path: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
+    """Build a folder with `fill(tmp)` in a temp folder beside `path` and rename it into place (an
+    existing `path` is replaced): readers see the old folder or the new one, never a half-written one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(tmp / WEIGHTS_NAME),
-                  metadata={"format": "pt"})
-        cfg = lora_config.to_dict()
-        cfg = {k: (sorted(v) if isinstance(v, set) else v) for k, v in cfg.items()}
-        (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, default=str))
+        fill(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -83,6 +80,18 @@ def save_adapter(path: str | os.PathLike, adapter: Mapping[str, Tensor], lora_co
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def save_adapter(path: str | os.PathLike, adapter: Mapping[str, Tensor], lora_config) -> Path:
+    """Write a PEFT adapter folder atomically; returns its path."""
+    def fill(tmp: Path) -> None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(tmp / WEIGHTS_NAME),
+                  metadata={"format": "pt"})
+        cfg = lora_config.to_dict()
+        cfg = {k: (sorted(v) if isinstance(v, set) else v) for k, v in cfg.items()}
+        (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, default=str))
+
+    return write_folder(path, fill)
 
 
 def read_adapter(path: str | os.PathLike) -> Adapter:
