@@ -141,7 +141,7 @@ class FederationConfig:
     # partial participation: each round a seeded subset of clients trains and is averaged
     participation: float = 1.0  # fraction of clients per round (rounded, at least 1)
     clients_per_round: int = 0  # if > 0, this many clients per round (overrides participation)
-    # decentralized methods (dsgd-lora, chocosgd-lora): the graph, and a gossip step after every
+    # decentralized methods (dsgd[-lora], chocosgd[-lora], seedflood): the graph, and a gossip step after every
     # gossip_every local steps; CHOCO-SGD's consensus step size and compressor (a fraction of entries)
     topology: str = "ring"  # ring | meshgrid (2-D grid, no wrap) | torus | complete | edges
     edges: list[list[int]] = field(default_factory=list)  # topology: edges
