@@ -186,3 +186,19 @@ def test_seedflood_zeroth_order_training_on_a_toy_quadratic_keeps_every_client_i
     target = sum(c) / n
     start_gap = float((x0["w"] - target).norm())
     assert float((applied[0]["w"] - target).norm()) < 0.35 * start_gap
+
+
+def test_choco_public_copies_start_at_the_shared_initial_weights():
+    """Clients a small step away from shared initial weights that hold many equal values (a base model's
+    norm weights are all 1.0): with public copies starting at those weights CHOCO's top-k gossip
+    contracts their distance; from zeros the first messages carry the initial weights themselves, each
+    client's top-k picks a different few of the tied entries, and the clients are pushed far apart."""
+    g = make_topology("ring", 8)
+    gen = torch.Generator().manual_seed(0)
+    x0 = {"w": torch.cat([torch.ones(1000), 0.1 * torch.randn(3000, generator=gen)])}
+    xs = [{"w": x0["w"] + 1e-3 * torch.randn(4000, generator=gen)} for _ in range(8)]
+    before = consensus_distance(xs)
+    shared, _ = Choco(g, gamma=0.5, compress=top_k(0.1), initial=x0).step(xs, 0)
+    zeros, _ = Choco(g, gamma=0.5, compress=top_k(0.1)).step(xs, 0)
+    assert consensus_distance(shared) < before
+    assert consensus_distance(zeros) > 100 * before
