@@ -155,9 +155,6 @@ class GossipPeer:
             self._sync_engine(i)
         self.public = {j: {k: v.clone() for k, v in states["public"][j].items()}
                        for j in self.need if j in states.get("public", {})}
-        if self.cfg.federation.gossip_rule == "seedflood":  # states are taken at a flood: all clients alike
-            self.flood_base = next(iter(self.clients.values())).adapter
-            self.pending = {}
         self._active = None
 
     def start_round(self) -> None:
