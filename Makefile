@@ -28,9 +28,9 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
 
-# the heavy fault drills CI leaves out for time (~6 min): a hung client and a dead vLLM engine, a SIGKILLed
+# the heavy fault drills CI leaves out for time (~7 min): a hung client and a dead vLLM engine, a SIGKILLed
 # driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill phases, a plain
-# `ray job submit` run
+# `ray job submit` run, a full-parameter CHOCO client killed while gossiping
 test-heavy: $(STAMP)
 	$(VPY) -m pytest -q tests -m heavy
 
