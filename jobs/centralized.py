@@ -4,7 +4,8 @@ Decentralized and federated results are reported as normalized performance, pass
 pass@1 x 100 (the leaderboard's column). The reference trains one client on the union of the
 clients' private rows of the same split (so the data is the federation's, row for row), for the same
 rounds and tau local steps, each step taking b x num_clients prompts: the federation's prompts per
-step. There is nothing to average or gossip; it runs as a one-client FedAvg.
+step. There is nothing to average or gossip; it runs as a one-client FedAvg, or (`centralized-full`,
+the reference of the full-parameter methods) as a one-client full-parameter DSGD on a graph of one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ def centralize(cfg: RunConfig, split: FederatedSplit) -> tuple[RunConfig, Federa
     merged = FederatedSplit([[r for part in split.clients for r in part]], split.public, split.test)
     run = dataclasses.replace(
         cfg,
-        federation=dataclasses.replace(f, method="fedavg-grpo", num_clients=1, participation=1.0, clients_per_round=0),
+        federation=dataclasses.replace(f, method="dsgd" if f.method == "centralized-full" else "fedavg-grpo",
+                                       num_clients=1, participation=1.0, clients_per_round=0, topology="complete",
+                                       edges=[]),
         grpo=dataclasses.replace(g, b=g.b * f.num_clients),
         resources=dataclasses.replace(cfg.resources, num_actors=1))
     return run, merged

@@ -15,7 +15,8 @@ between methods smaller than about two of them are noise.
 
 "norm." is the decentralized leaderboard's normalized performance: final pass@1 / the reference run's
 final pass@1 x 100 (100 = parity). The reference is `--reference`, or else the one run among those
-listed whose federation.method is `centralized` (jobs/centralized.py); "-" when there is none.
+listed whose federation.method is `centralized` or `centralized-full` (jobs/centralized.py); "-" when
+there is none.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def reference_run(run_dirs: list[Path], reference: Path | None) -> Path | None:
     if reference is not None:
         return reference
     central = [d for d in run_dirs
-               if json.loads((d / "config.json").read_text())["federation"]["method"] == "centralized"]
+               if json.loads((d / "config.json").read_text())["federation"]["method"].startswith("centralized")]
     return central[0] if len(central) == 1 else None
 
 

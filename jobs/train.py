@@ -264,7 +264,7 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
     run_cfg = cfg
-    if f.method == "centralized":
+    if f.method in ("centralized", "centralized-full"):
         run_cfg, split = centralize(cfg, split)
     fingerprint = split.fingerprint()
     if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:

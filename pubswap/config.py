@@ -52,8 +52,10 @@ FULL_PARAMETER = ("dsgd", "chocosgd", "seedflood")
 DECENTRALIZED = ("dsgd-lora", "chocosgd-lora", *FULL_PARAMETER)
 GOSSIP_RULES = {"dsgd": "dsgd", "dsgd-lora": "dsgd", "chocosgd": "choco", "chocosgd-lora": "choco",
                 "seedflood": "seedflood"}
-# centralized: the reference of normalized performance, one learner on every client's data (jobs/centralized.py)
-METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random", *DECENTRALIZED, "centralized")
+# centralized: the reference of normalized performance, one learner on every client's data (jobs/centralized.py);
+# centralized-full trains every weight, the reference of the full-parameter methods
+CENTRALIZED = ("centralized", "centralized-full")
+METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random", *DECENTRALIZED, *CENTRALIZED)
 TOPOLOGIES = ("ring", "meshgrid", "torus", "complete", "edges")
 COMPRESSORS = ("top-k", "rand-k", "identity")
 AGGREGATIONS = ("fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu")  # pubswap/aggregation/
@@ -161,8 +163,8 @@ class FederationConfig:
 
     @property
     def full_parameter(self) -> bool:
-        """Every weight of the model is trained (no LoRA): dsgd, chocosgd, seedflood."""
-        return self.method in FULL_PARAMETER
+        """Every weight of the model is trained (no LoRA): dsgd, chocosgd, seedflood, centralized-full."""
+        return self.method in FULL_PARAMETER or self.method == "centralized-full"
 
     @property
     def gossip_rule(self) -> str | None:

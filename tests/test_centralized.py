@@ -28,3 +28,17 @@ def test_a_centralized_run_trains_one_learner_and_records_the_users_config(local
     assert "final_pass@1" in summary
     again = train(cfg)  # a finished run resumes to nothing: the checkpoint holds the user's config
     assert again["final_pass@1"] == summary["final_pass@1"]
+
+
+def test_the_full_parameter_reference_is_one_client_training_every_weight(local_ray, digit_model_dir, tmp_path):
+    cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.method=centralized-full", "federation.num_clients=3",
+                    "federation.rounds=1")
+    run, _ = centralize(cfg, build_split(cfg, str(digit_model_dir)))
+    assert run.federation.method == "dsgd" and run.federation.num_clients == 1 and run.grpo.b == 3 * cfg.grpo.b
+    train(cfg)
+    (rec,) = metrics(cfg.run_dir)
+    assert rec["participants"] == [0] and rec["bytes"]["upload"] == [0]  # a graph of one: nothing sent
+    from pubswap.checkpoint import latest_checkpoint
+
+    ck = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    assert ck.state.get("weights_file") == "model.safetensors"  # every weight, a model folder
