@@ -239,15 +239,18 @@ class ClientCore(GossipPeer):
         return tuple(ids)
 
     def _rollout(self, requests: Sequence[tuple[int, Sequence[Row]]], n: int, temperature: float,
-                 seed_keys: tuple, phase: str = "gen") -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
+                 seed_keys: tuple, phase: str = "gen",
+                 seed_index: Sequence[int] | None = None) -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
         """One engine call for every (client id, [row, ...]) request; per request the prompt ids and the
-        scored groups. Prompt i of client c is seeded by (seed_keys, c, i)."""
+        scored groups. Prompt i of client c is seeded by (seed_keys, c, i), or with `seed_index` (one
+        request) by (seed_keys, seed_index[i]): the same seed wherever the prompt is answered."""
         pids, seeds, keys, answers = [], [], [], []
         for cid, batch in requests:
             for i, row in enumerate(batch):
                 row = as_row(row)
                 pids.append(self.prompt_ids(row))
-                seeds.append(derive_seed(self.cfg.seed, *seed_keys, cid, i))
+                seeds.append(derive_seed(self.cfg.seed, *seed_keys, cid, i) if seed_index is None
+                             else derive_seed(self.cfg.seed, *seed_keys, seed_index[i]))
                 keys.append(cid)
                 answers.append(row)
         if self.engine.asleep:
@@ -393,9 +396,12 @@ class ClientCore(GossipPeer):
         return drift
 
     @timed_call
-    def evaluate(self, rows: Sequence[Row], round_idx: int, adapter: Adapter | None = None) -> dict:
+    def evaluate(self, rows: Sequence[Row], round_idx: int, adapter: Adapter | None = None,
+                 index: Sequence[int] | None = None) -> dict:
         """The global adapter's (or `adapter`'s: the decentralized clients' average) `eval_n` responses per
-        test prompt: {"rewards": per prompt, "in_format": per prompt}."""
+        test prompt: {"rewards": per prompt, "in_format": per prompt}. `index`: the rows' positions in the
+        test set, which seed their sampling, so a score does not depend on how many actors share the test
+        set or which clients they host."""
         if not rows:
             return {"rewards": [], "in_format": []}
         client = self.clients[self.ids[0]]
@@ -405,7 +411,7 @@ class ClientCore(GossipPeer):
             self._sync_engine(client.id)
         try:
             ((_, groups),) = self._rollout([(client.id, rows)], self.cfg.eval_n, self.cfg.grpo.val_temperature,
-                                           ("eval", round_idx), phase="eval")
+                                           ("eval", round_idx), phase="eval", seed_index=index)
         finally:
             if own is not target:
                 client.adapter = own

@@ -331,9 +331,11 @@ class Federation:
 
     def evaluate(self, round_idx: int, adapter: Adapter | None = None) -> Score:
         """pass@1 (mean@eval_n) of the global adapter (or `adapter`) on the test set, split across the actors."""
-        shards = self._call([self.server.test_shards.remote(len(self.actors))])[0]
+        n = len(self.actors)
+        shards = self._call([self.server.test_shards.remote(n)])[0]  # actor a: test rows a, a + n, ...
         ref = None if adapter is None else ray.put(adapter)
-        per_actor = self._call([a.evaluate.remote(s, round_idx, ref) for a, s in zip(self.actors, shards)])
+        per_actor = self._call([a.evaluate.remote(s, round_idx, ref, [k + i * n for i in range(len(s))])
+                                for k, (a, s) in enumerate(zip(self.actors, shards))])
         return score([r for out in per_actor for r in out["rewards"]],
                      [f for out in per_actor for f in out["in_format"]])
 
