@@ -327,7 +327,8 @@ class ClientCore(GossipPeer):
         out = []
         for (cid, _), (pids, groups) in zip(requests, rolled):
             maybe_crash("client", round_idx, step, "private_train", cid)
-            out.append({"step": step, "public": False, "gen_s": gen_s, **self._train(cid, pids, groups, round_idx, step)})
+            out.append({"step": step, "public": False, "gen_s": gen_s,
+                        **self._train(cid, pids, groups, round_idx, step)})
         return out
 
     @timed_call

@@ -30,7 +30,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from pubswap.faults import maybe_crash
-from pubswap.gossip import Compressed, SeedMessage, apply_messages, choco_consensus, choco_message, make_compressor, mix_row
+from pubswap.gossip import (Compressed, SeedMessage, apply_messages, choco_consensus, choco_message, make_compressor,
+                            mix_row)
 from pubswap.lora import Adapter, flatten, num_bytes
 from pubswap.seeding import derive_seed
 from pubswap.topology import make_topology
