@@ -30,17 +30,11 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from pubswap.faults import maybe_crash
-from pubswap.gossip import (Compressed, SeedMessage, apply_messages, choco_consensus, choco_message, make_compressor,
-                            mix_row)
-from pubswap.lora import Adapter, flatten, num_bytes
+from pubswap.aggregation.payload import dense, payload_bytes
+from pubswap.gossip import SeedMessage, apply_messages, choco_consensus, choco_message, make_compressor, mix_row
+from pubswap.lora import Adapter, flatten
 from pubswap.seeding import derive_seed
 from pubswap.topology import make_topology
-
-
-def payload_bytes(p) -> int:
-    if isinstance(p, Mapping) and p and isinstance(next(iter(p.values())), Compressed):
-        return sum(c.nbytes for c in p.values())
-    return num_bytes(p)
 
 
 class GossipPeer:
@@ -91,7 +85,7 @@ class GossipPeer:
                 new = {i: mix_row(row, got) for i, row in rows.items()}
             else:
                 for j in need:  # every holder of xh_j applies q_j once
-                    self.public[j] = {k: v + got[j][k].dense() for k, v in self._public(j).items()}
+                    self.public[j] = {k: v + dense(got[j][k]) for k, v in self._public(j).items()}
                 gamma = self.cfg.federation.choco_gamma
                 new = {i: choco_consensus(self.clients[i].adapter, i, row, self.public, gamma)
                        for i, row in rows.items()}

@@ -4,7 +4,7 @@
 
 Every client holds a copy of the shared tensors (LoRA r=8 on SmolLM2-135M's 7 linear layers x 30
 blocks: 2.4M values, or a small stand-in shape of 2 blocks); one gossip round is DSGD's mixing, CHOCO-SGD's
-compressed exchange (top-10% values + int32 positions, gamma 0.2) or SeedFlood's flooding of one
+compressed exchange (top-10% values + positions: a bitmask, gamma 0.2) or SeedFlood's flooding of one
 (seed, scalar) message per client plus applying the messages that arrived. No GRPO step runs here: this
 is the cost of the communication layer that the decentralized methods add (pubswap/gossip.py), in one
 process. Memory per client: the tensors it must keep (its x; CHOCO also the public copies of itself

@@ -6,7 +6,7 @@ chooses which tensors take part), so it runs wherever the clients are hosted.
 DSGD (one gossip step):     x_i <- sum_j W_ij x_j   over i and its neighbours.
 CHOCO-SGD (Koloskova et al., 2019, Algorithm 1, after the local step): every client keeps a public
 copy xh_i that all its neighbours also hold;
-    q_i   = Q(x_i - xh_i)                        (compressed: top-k or rand-k values + indices)
+    q_i   = Q(x_i - xh_i)                        (compressed: top-k or rand-k values + positions)
     xh_j += q_j  for j in i and its neighbours   (the messages)
     x_i  += gamma * sum_j W_ij (xh_j - xh_i)     (consensus step size gamma)
 With Q the identity and gamma = 1, xh_i = x_i after the messages and the step is DSGD's mixing
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from pubswap.aggregation.payload import Sparse, dense, payload_bytes, sparsify
 from pubswap.seeding import derive_seed
 from pubswap.topology import Topology
 
@@ -63,45 +64,31 @@ def consensus_distance(xs: Sequence[Mapping[str, Tensor]]) -> float:
 
 
 # --- compressors: what a CHOCO message holds -------------------------------------------------
+# A message is a payload (pubswap/aggregation/payload.py): the identity sends the dense tensor, top-k and
+# rand-k a Sparse one (kept values + int32 positions or a bitmask, whichever is smaller), counted exactly.
 
-@dataclass(frozen=True)
-class Compressed:
-    values: Tensor
-    index: Tensor | None  # int32 flat positions; None: dense (the identity)
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return self.values.numel() * self.values.element_size() + (0 if self.index is None else 4 * self.index.numel())
-
-    def dense(self) -> Tensor:
-        if self.index is None:
-            return self.values.reshape(self.shape)
-        out = torch.zeros(int(torch.Size(self.shape).numel()), dtype=self.values.dtype)
-        out[self.index.long()] = self.values
-        return out.reshape(self.shape)
+def identity(t: Tensor, gen: torch.Generator | None = None) -> Tensor:
+    return t.clone()
 
 
-def identity(t: Tensor, gen: torch.Generator | None = None) -> Compressed:
-    return Compressed(t.clone(), None, tuple(t.shape))
+def _kept(t: Tensor, idx: Tensor) -> Sparse:
+    keep = torch.zeros(t.numel(), dtype=torch.bool)
+    keep[idx] = True
+    return sparsify(t, keep)
 
 
-def top_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Compressed]:
-    def compress(t: Tensor, gen=None) -> Compressed:
-        flat = t.reshape(-1)
-        k = max(1, round(fraction * flat.numel()))
-        idx = torch.topk(flat.abs(), k).indices.sort().values
-        return Compressed(flat[idx].clone(), idx.to(torch.int32), tuple(t.shape))
+def top_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Sparse]:
+    def compress(t: Tensor, gen=None) -> Sparse:
+        k = max(1, round(fraction * t.numel()))
+        return _kept(t, torch.topk(t.reshape(-1).abs(), k).indices)
     return compress
 
 
-def rand_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Compressed]:
+def rand_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Sparse]:
     """k random entries, unscaled (the biased rand-k of the CHOCO paper, contraction delta = k/d)."""
-    def compress(t: Tensor, gen=None) -> Compressed:
-        flat = t.reshape(-1)
-        k = max(1, round(fraction * flat.numel()))
-        idx = torch.randperm(flat.numel(), generator=gen)[:k].sort().values
-        return Compressed(flat[idx].clone(), idx.to(torch.int32), tuple(t.shape))
+    def compress(t: Tensor, gen=None) -> Sparse:
+        k = max(1, round(fraction * t.numel()))
+        return _kept(t, torch.randperm(t.numel(), generator=gen)[:k])
     return compress
 
 
@@ -110,7 +97,7 @@ def make_compressor(name: str, fraction: float) -> Callable:
 
 
 def choco_message(x: Mapping[str, Tensor], public: Mapping[str, Tensor], compress: Callable,
-                  gen: torch.Generator) -> dict[str, Compressed]:
+                  gen: torch.Generator) -> dict[str, Tensor | Sparse]:
     """q_i = Q(x_i - xh_i), tensor by tensor in name order (one generator for rand-k)."""
     return {k: compress(x[k] - public[k], gen) for k in sorted(x)}
 
@@ -147,8 +134,8 @@ class Choco:
             gen = torch.Generator().manual_seed(derive_seed(self.seed, "choco", t, i))
             q = choco_message(xs[i], self.public[i], self.compress, gen)
             for k, c in q.items():
-                self.public[i][k] = self.public[i][k] + c.dense()
-            sent.append(sum(c.nbytes for c in q.values()) * len(self.topo.neighbours[i]))
+                self.public[i][k] = self.public[i][k] + dense(c)
+            sent.append(payload_bytes(q) * len(self.topo.neighbours[i]))
         public = dict(enumerate(self.public))
         return [choco_consensus(xs[i], i, rows[i], public, self.gamma) for i in range(n)], sent
 

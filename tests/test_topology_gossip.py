@@ -107,7 +107,7 @@ def test_choco_with_compression_still_reaches_consensus(compress):
         xs, sent = choco.step(xs, t)
     assert consensus_distance(xs) < 1e-3 * d0
     assert torch.allclose(sum(x["w"] for x in xs) / n, mean0, atol=1e-9)  # gossip keeps the mean
-    assert sent == [(10 * 8 + 10 * 4) * 2] * n  # 10 of 40 values + int32 positions, to 2 neighbours
+    assert sent == [(10 * 8 + 5) * 2] * n  # 10 of 40 values + a 40-bit mask (5 bytes < 10 int32 positions), to 2 neighbours
 
 
 @pytest.mark.parametrize("kind,n", [("ring", 16), ("meshgrid", 32), ("ring", 33)])
