@@ -138,17 +138,25 @@ def squared_distance(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor
     return sum(((a[k].float() - b[k].float()) ** 2).sum() for k in sorted(a)) if a else torch.zeros(())
 
 
+def components(key: str, start: int, stop: int | None = None) -> tuple[slice, ...] | None:
+    """The index of rank components start..stop of LoRA tensor `key`: rows of an A [r, m], columns of
+    a B [d, r]; None for a tensor that is neither."""
+    if "lora_A" in key:
+        return (slice(start, stop),)
+    if "lora_B" in key:
+        return (slice(None), slice(start, stop))
+    return None
+
+
 def truncate_rank(adapter: Mapping[str, Tensor], r: int) -> Adapter:
     """The adapter with only its first r rank components: rows r.. of every A and columns r.. of every
     B set to zero (new tensors; unchanged ones are shared)."""
     out = dict(adapter)
     for k, v in adapter.items():
-        if "lora_A" in k and v.shape[0] > r and bool(v[r:].any()):
+        beyond = components(k, r)
+        if beyond is not None and bool(v[beyond].any()):
             out[k] = v.clone()
-            out[k][r:] = 0
-        elif "lora_B" in k and v.shape[1] > r and bool(v[:, r:].any()):
-            out[k] = v.clone()
-            out[k][:, r:] = 0
+            out[k][beyond] = 0
     return out
 
 

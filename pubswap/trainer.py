@@ -41,7 +41,7 @@ from pubswap.aggregation.base import AggregationStrategy
 from pubswap.config import GRPOConfig, LoraConfig
 from pubswap.grpo import grpo_loss, truncated_is_weights
 from pubswap.logprobs import chunked_token_logprobs
-from pubswap.lora import Adapter, adapter_from_model, load_into_model, peft_lora_config
+from pubswap.lora import Adapter, adapter_from_model, components, load_into_model, peft_lora_config
 from pubswap.microbatch import plan_micro_batches
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -392,12 +392,9 @@ class LoraGRPOTrainer:
         """A client of rank r < max rank trains only the first r components: rows r.. of every A and
         columns r.. of every B get no gradient (they are zero, and AdamW keeps them zero)."""
         for name, p in self.model.named_parameters():
-            if p.grad is None:
-                continue
-            if "lora_A" in name:
-                p.grad[self.rank:] = 0
-            elif "lora_B" in name:
-                p.grad[:, self.rank:] = 0
+            beyond = components(name, self.rank)
+            if p.grad is not None and beyond is not None:
+                p.grad[beyond] = 0
 
     def _lora_params_by_adapter_key(self) -> dict[str, Tensor]:
         """Live LoRA parameters keyed like the saved adapter (PEFT drops the '.default' adapter name)."""

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pubswap.aggregation.base import AggregationStrategy, Context, lora_pairs, normalized_weights
 from pubswap.aggregation.lowrank import balanced_factors, stack_products
 from pubswap.aggregation.payload import Payload, dense
-from pubswap.lora import Adapter
+from pubswap.lora import Adapter, components
 
 
 class FlexLoRA(AggregationStrategy):
@@ -29,7 +29,7 @@ class FlexLoRA(AggregationStrategy):
         r = ctx.rank
         if r is None:
             return dict(sorted(trained.items()))
-        return {k: (v[:r] if "lora_A" in k else v[:, :r]).contiguous() for k, v in sorted(trained.items())}
+        return {k: v[components(k, 0, r)].contiguous() for k, v in sorted(trained.items())}
 
     def download_bytes(self, download: Payload, rank: int | None = None) -> int:
         """The new factors; a client of rank r_i is sent its first r_i components, the best rank-r_i
@@ -37,8 +37,7 @@ class FlexLoRA(AggregationStrategy):
         which each client actor fetches; this counts what the algorithm sends the client."""
         if rank is None:
             return super().download_bytes(download)
-        return sum((v[:rank] if "lora_A" in k else v[:, :rank]).numel() * v.element_size()
-                   for k, v in download.items())
+        return sum(v[components(k, 0, rank)].numel() * v.element_size() for k, v in download.items())
 
     def server_aggregate(self, start: Adapter, uploads: Sequence[Payload], weights, ctx: Context) -> Payload:
         w = normalized_weights(weights, len(uploads))
