@@ -262,8 +262,15 @@ class Federation:
         return out
 
     def load_states(self, states: dict) -> None:
-        ref = ray.put(states)
-        self._call([a.load_states.remote(ref) for a in self.actors])
+        """Each actor gets only its clients' tensors and the public copies its clients need (their own and
+        their neighbours'), not every client's: at 128 clients an actor fetches its share, not the run."""
+        calls = []
+        for a, ids in zip(self.actors, self.assignment):
+            need = {j for i in ids for j in (i, *self.topo.neighbours[i])}
+            part = {"x": {i: states["x"][i] for i in ids},
+                    "public": {j: t for j, t in states.get("public", {}).items() if j in need}}
+            calls.append(a.load_states.remote(part))
+        self._call(calls)
 
     def initial_adapter(self) -> Adapter:
         return self._call([self.actors[0].get_adapter.remote()])[0]
