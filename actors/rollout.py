@@ -170,6 +170,10 @@ class VLLMEngine:
 
         t = time.perf_counter()
         self.llm.collective_rpc("pubswap_merge_load", args=(self._deltas.get(key), self.lora_scale))
+        # the prefix cache keys blocks by tokens (and LoRA id), not by weights: blocks computed under the
+        # previous adapter's merged weights would be reused for this one's prompts (CPU blocks are 128
+        # tokens, so prompts of 128+ tokens, e.g. the public prompts every hosted client answers)
+        self.llm.reset_prefix_cache()
         self.merge_s += time.perf_counter() - t
         self._merged_key, self._merged_valid = key, True
 
