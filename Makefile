@@ -30,7 +30,7 @@ test: $(STAMP)
 
 # the heavy fault drills CI leaves out for time (~7 min): a hung client and a dead vLLM engine, a SIGKILLed
 # driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill phases, a plain
-# `ray job submit` run, a full-parameter CHOCO client killed while gossiping
+# `ray job submit` run, full-parameter CHOCO and SeedFlood clients killed while gossiping
 test-heavy: $(STAMP)
 	$(VPY) -m pytest -q tests -m heavy
 

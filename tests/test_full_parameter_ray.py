@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from jobs.train import train
-from pubswap.checkpoint import latest_checkpoint
+from pubswap.checkpoint import latest_checkpoint, round_dir, verify
 from pubswap.config import ConfigError
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.full_model import WEIGHTS_NAME
@@ -87,9 +87,10 @@ def test_full_parameter_methods_need_the_hf_backend(digit_model_dir, tmp_path):
         ft_config(digit_model_dir, tmp_path / "run", "federation.method=chocosgd", *RING4, "rollout.backend=vllm")
 
 
-# CHOCO's restart path is the LoRA form's (in CI, tests/test_decentralized_ray.py); its full form runs in
-# `make test-heavy`. SeedFlood's flood state (the shared base, the pending messages) is new: in CI.
-@pytest.mark.parametrize("method", [pytest.param("chocosgd", marks=pytest.mark.heavy), "seedflood"])
+# A client killed mid-gossip is CI-tested for CHOCO-LoRA (tests/test_decentralized_ray.py); the full-parameter
+# drills run in `make test-heavy`, and SeedFlood's resume in CI below.
+@pytest.mark.heavy
+@pytest.mark.parametrize("method", ["chocosgd", "seedflood"])
 def test_full_parameter_restart_and_resume_are_bitwise(local_ray, digit_model_dir, tmp_path,
                                                                           method):
     """A client actor SIGKILLs itself in round 2's gossip (CHOCO's messages, SeedFlood's flood): the
@@ -116,3 +117,16 @@ def test_full_parameter_restart_and_resume_are_bitwise(local_ray, digit_model_di
     resumed = latest_checkpoint(tmp_path / "resumed" / "checkpoints")
     assert resumed.round == 2 and resumed.state["weights_sha256"] == ref.state["weights_sha256"]
     assert resumed.state.get("clients_sha256") == ref.state.get("clients_sha256")
+
+
+def test_seedflood_resumed_after_round_one_ends_where_a_clean_run_does(local_ray, digit_model_dir, tmp_path):
+    args = ["federation.method=seedflood", *RING4, "federation.tau=2", "federation.zo_lr=1e-2", "federation.zo_eps=1e-2"]
+    train(ft_config(digit_model_dir, tmp_path / "ref", *args))
+    train(ft_config(digit_model_dir, tmp_path / "resumed", *args, "federation.rounds=1"))
+    train(ft_config(digit_model_dir, tmp_path / "resumed", *args))
+    ref = latest_checkpoint(tmp_path / "ref" / "checkpoints")
+    resumed = latest_checkpoint(tmp_path / "resumed" / "checkpoints")
+    assert ref.round == resumed.round == 2 and resumed.state["weights_sha256"] == ref.state["weights_sha256"]
+    # round 2 moved the model: the equality is not that of two untouched models
+    round1, _ = verify(round_dir(tmp_path / "resumed" / "checkpoints", 1))
+    assert round1["weights_sha256"] != ref.state["weights_sha256"]

@@ -27,8 +27,11 @@ def test_a_long_prompt_is_not_served_kv_of_another_adapter(tiny_model_dir):
         (out,) = engine.generate([prompt], n=1, temperature=1.0, max_tokens=4, seeds=[7], keys=[key], logprobs=True)
         return out[0].logprobs
 
-    answer(0)  # fills the prefix cache with the prompt's KV under adapter 0
-    after_other = answer(1)
-    engine.llm.reset_prefix_cache()
-    fresh = answer(1)
+    try:
+        answer(0)  # fills the prefix cache with the prompt's KV under adapter 0
+        after_other = answer(1)
+        engine.llm.reset_prefix_cache()
+        fresh = answer(1)
+    finally:
+        engine.llm.llm_engine.engine_core.shutdown()  # not at interpreter exit, when logging is gone
     assert torch.allclose(torch.tensor(after_other), torch.tensor(fresh), atol=1e-4), (after_other, fresh)
