@@ -139,7 +139,7 @@ class GossipPeer:
         return {"sum": flat * n, "sq": float((flat * flat).sum()) * n, "count": n, "digest": digest}
 
     def hosted_states(self) -> dict:
-        """Every hosted client's LoRA tensors, and (CHOCO) the public copy it owns."""
+        """Every hosted client's own tensors (LoRA or all weights), and (CHOCO) the public copy it owns."""
         return {"x": {i: c.adapter for i, c in self.clients.items()},
                 "public": {i: self.public[i] for i in self.clients if i in self.public}}
 

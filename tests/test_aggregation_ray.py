@@ -75,6 +75,7 @@ def test_flexlora_with_per_client_ranks_through_ray(local_ray, digit_model_dir, 
     assert any(g2[k][4:].abs().sum() > 0 for k in g2 if "lora_A" in k)  # the server's global uses all 8
 
 
+@pytest.mark.heavy  # ~29 s; CI restarts killed clients in test_fault_tolerance.py and test_decentralized_ray.py
 def test_a_client_killed_while_uploading_to_the_server_is_restarted_bitwise(local_ray, digit_model_dir, tmp_path):
     if "fedsrd" not in SHAS:
         pytest.skip("needs the uninterrupted fedsrd run of test_strategy_runs_two_rounds_through_ray")

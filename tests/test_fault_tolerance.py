@@ -81,6 +81,7 @@ def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_re
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
 
 
+@pytest.mark.heavy  # ~24 s; CI has the skip rule on hand-made folders in test_checkpoint.py
 def test_truncated_latest_checkpoint_is_skipped_and_the_round_redone(ft_reference, digit_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(ft_reference, run_dir)
