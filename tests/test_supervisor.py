@@ -10,6 +10,7 @@ from pubswap.faults import ENV as FAULT_ENV
 from ray_helpers import REPO, final_sha, ft_config, metrics, write_config
 
 
+@pytest.mark.heavy  # ~39 s; CI has a SIGKILLed driver rerun to the reference in test_fault_tolerance.py
 def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(ray_head, ft_reference, digit_model_dir,
                                                                              tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the locally started head uses Ray's token auth
