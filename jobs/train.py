@@ -28,7 +28,7 @@ from jobs.job_watch import stop_with_parent
 from pubswap import metrics_log
 from pubswap.checkpoint import (Checkpoint, ResumeError, latest_checkpoint, round_dir, save_checkpoint, verify,
                                 write_text_atomic)
-from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
+from pubswap.config import CENTRALIZED, ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.sources import load_source
@@ -264,7 +264,7 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
     run_cfg = cfg
-    if f.method in ("centralized", "centralized-full"):
+    if f.method in CENTRALIZED:
         run_cfg, split = centralize(cfg, split)
     fingerprint = split.fingerprint()
     if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
