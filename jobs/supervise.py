@@ -1,13 +1,14 @@
 """Submit a training job and resubmit it when it fails; each attempt resumes from the last checkpoint.
 
-    python -m jobs.supervise --address http://HEAD:8265 --max-retries 3 -- \\
-        python -m jobs.train --config configs/X.yaml run_dir=/shared/runs/X
+    python -m jobs.supervise --address http://localhost:8265 --max-retries 3 -- \\
+        python -m jobs.train --config configs/X.yaml run_dir=s3://bucket/runs/X
 
 Ray Jobs are never retried by Ray itself: a driver that dies (its node preempted, OOM-killed) leaves a
 FAILED job. This supervisor runs beside the cluster (a laptop, a CI runner, the head node), streams the
 job's log, and on FAILED submits the same entrypoint again, up to --max-retries times. The driver then
-continues after its newest intact checkpoint, so run_dir must be an absolute path on storage every
-attempt can reach (each attempt gets a fresh working directory). A job stopped by a user (STOPPED) is
+continues after its newest intact checkpoint, so run_dir must be storage every attempt can reach: an
+object-store URI (s3://, gs://), or an absolute path on a file system every node mounts (each attempt
+gets a fresh working directory). Resubmissions never carry --start-over: they resume. A job stopped by a user (STOPPED) is
 not resubmitted; Ctrl-C stops the running job and exits.
 """
 
@@ -23,8 +24,11 @@ import yaml
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 # driver exit codes (jobs/train.py) that another attempt cannot fix
-FINAL_EXIT_CODES = {2: "bad config, data or model, or run_dir in use by a live driver",
-                    3: "another driver took over run_dir"}
+FINAL_EXIT_CODES = {2: "bad config, data or model, a run_dir that cannot be resumed, or run_dir in use by a "
+                       "live driver",
+                    3: "another driver took over run_dir",
+                    4: "the run's storage is full: free space, then resubmit"}
+START_OVER = "--start-over"
 
 
 def run_dir_of(command: list[str], working_dir: Path) -> str | None:
@@ -40,10 +44,18 @@ def run_dir_of(command: list[str], working_dir: Path) -> str | None:
     return None
 
 
+def retry_entrypoint(entrypoint: str) -> str:
+    """A resubmission must resume what the first attempt wrote: never pass --start-over again."""
+    return shlex.join(w for w in shlex.split(entrypoint) if w != START_OVER)
+
+
 def supervise(client, entrypoint: str, runtime_env: dict, max_retries: int, name: str, poll_s: float = 2.0,
               out=print) -> int:
     """Submit `entrypoint` until a job SUCCEEDS (0) or retries run out / a user stops it (1)."""
     for attempt in range(max_retries + 1):
+        if attempt == 1 and retry_entrypoint(entrypoint) != entrypoint:
+            entrypoint = retry_entrypoint(entrypoint)
+            out(f"[supervise] resubmissions resume the run: {START_OVER} dropped from the command")
         sid = client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=f"{name}-{attempt}")
         out(f"[supervise] attempt {attempt + 1}/{max_retries + 1}: submitted job {sid}")
         shown = 0
@@ -100,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-retries must be >= 0")
     working_dir = Path(args.working_dir).resolve()
     run_dir = run_dir_of(command, working_dir)
-    if not run_dir or not Path(run_dir).is_absolute():
-        parser.error(f"the training command's run_dir is {run_dir!r}: give an absolute run_dir=/shared/... that "
-                     "every attempt can reach, or resubmitted jobs cannot resume")
+    from pubswap.storage import is_uri
+
+    if not run_dir or not (is_uri(run_dir) or Path(run_dir).is_absolute()):
+        parser.error(f"the training command's run_dir is {run_dir!r}: give run_dir=s3://bucket/prefix (or an "
+                     "absolute path on storage every node reaches), or resubmitted jobs cannot resume")
     env_vars = {}
     for item in args.env:
         key, sep, value = item.partition("=")
@@ -110,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--env {item!r} is not KEY=VALUE")
         env_vars[key] = value
     runtime_env = {"working_dir": str(working_dir), **({"env_vars": env_vars} if env_vars else {})}
-    name = args.name or f"pubswap-{Path(run_dir).name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    name = args.name or f"pubswap-{run_dir.rstrip('/').rsplit('/', 1)[-1]}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     from ray.job_submission import JobSubmissionClient
 

@@ -26,8 +26,8 @@ from jobs.centralized import centralize
 from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
 from pubswap import metrics_log
-from pubswap.checkpoint import (Checkpoint, ResumeError, latest_checkpoint, round_dir, save_checkpoint, verify,
-                                write_text_atomic)
+from pubswap.checkpoint import (Checkpoint, ResumeError, collect_temp, latest_checkpoint, list_rounds, prune,
+                                round_dir, save_checkpoint, storage_full, unusable, verify, write_text_atomic)
 from pubswap.config import CENTRALIZED, ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
@@ -45,6 +45,11 @@ from pubswap.lora import Adapter, num_bytes, squared_distance
 from pubswap.metrics_log import read_records
 from pubswap.models import resolve_model
 from pubswap.seeding import rng
+from pubswap.storage import StorageError, is_uri, open_run
+
+# what a run writes into run_dir (besides LEASE): removed by --start-over, mirrored to a URI run_dir
+RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "summary.json", "progress.png", "config.json")
+EXIT_STORAGE_FULL = 4  # jobs.supervise does not resubmit it: the next attempt would fail the same way
 
 
 def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
@@ -217,10 +222,20 @@ def eval_record(sc: Score) -> dict:
             "format_rate": sc.format_rate}
 
 
-def _resume_point(cfg: RunConfig, ckpt_dir: Path) -> Checkpoint | None:
-    """The checkpoint to continue from, after checking that this config may continue it."""
+def _resume_point(cfg: RunConfig, ckpt_dir: Path, start_over: bool = False) -> Checkpoint | None:
+    """The checkpoint to continue from, after checking that this config may continue it. A run_dir that
+    holds a run (round folders, metrics) of which no checkpoint verifies is refused, never overwritten,
+    unless `start_over` (the --start-over flag) says to discard it."""
+    if start_over:
+        return None
     ckpt = latest_checkpoint(ckpt_dir)
     if ckpt is None:
+        evidence = _run_evidence(ckpt_dir.parent)
+        if evidence:
+            why = unusable(ckpt_dir) or ["no checkpoint folder at all"]
+            raise ResumeError(f"{cfg.run_dir} holds a run ({evidence}) but no checkpoint of it verifies:\n  "
+                              + "\n  ".join(why) + "\nNothing was changed. To discard that run and start over "
+                              "in this run_dir, rerun with --start-over.")
         return None
     conflicts = resume_conflicts(ckpt.state["config"], cfg.to_dict())
     if conflicts:
@@ -228,6 +243,21 @@ def _resume_point(cfg: RunConfig, ckpt_dir: Path) -> Checkpoint | None:
                           "this one:\n  " + "\n  ".join(conflicts) +
                           "\nUse a new run_dir, or the saved settings (config.json there).")
     return ckpt
+
+
+def _run_evidence(run_dir: Path) -> str:
+    """What in run_dir shows that a run wrote there ('' if nothing)."""
+    ckpt_dir = run_dir / "checkpoints"
+    out = []
+    rounds = list_rounds(ckpt_dir) if ckpt_dir.is_dir() else []
+    if rounds:
+        out.append(f"{len(rounds)} round folders")
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size:
+        out.append(f"metrics.jsonl of {len(read_records(metrics))} rounds")
+    if (run_dir / "tensorboard").is_dir():
+        out.append("tensorboard events")
+    return ", ".join(out)
 
 
 def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dict:
@@ -249,17 +279,24 @@ def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dic
     return summary
 
 
-def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
+def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False) -> dict:
     """Run (or resume) the configured rounds; returns the summary written to run_dir/summary.json.
     `handle_signals` (the command line): SIGTERM/SIGHUP unwind like Ctrl-C (see `Stopped`), and a lost
-    lease on run_dir interrupts the driver at once instead of at its next commit."""
+    lease on run_dir interrupts the driver at once instead of at its next commit. `start_over` discards
+    whatever run run_dir holds (after taking its lease) instead of resuming it.
+
+    A run_dir URI (s3://, gs://) is worked on through a node-local mirror (pubswap/storage.py): pulled
+    from the store here, every commit pushed to it right after it is made locally."""
     t0 = time.perf_counter()
     f, ft = cfg.federation, cfg.fault_tolerance
-    run_dir = Path(cfg.run_dir).resolve()
+    run = open_run(cfg.run_dir)
+    if run.store is not None:
+        print(f"run dir {cfg.run_dir}: {run.pull()} files mirrored to {run.local}", flush=True)
+    run_dir = run.local
     ckpt_dir = run_dir / "checkpoints"
-    ckpt = _resume_point(cfg, ckpt_dir)
+    ckpt = _resume_point(cfg, ckpt_dir, start_over)
     if ckpt is not None and ckpt.round >= f.rounds:
-        return _finished(cfg, run_dir, ckpt)
+        return _finished(cfg, run_dir, ckpt, run)
     # everything that can reject the input (model, data files, the split) runs before run_dir is touched
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
@@ -271,27 +308,55 @@ def train(cfg: RunConfig, handle_signals: bool = False) -> dict:
         raise ResumeError(f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
                           "a changed dataset or task generator); refusing to resume")
     run_dir.mkdir(parents=True, exist_ok=True)
-    lease = Lease(run_dir, ft.lease_ttl_s).acquire()  # LeaseHeld: another live driver writes here
+    lease = Lease(run_dir, ft.lease_ttl_s, store=run.store).acquire()  # LeaseHeld: another live driver writes here
     try:
-        ckpt = _resume_point(cfg, ckpt_dir)  # again: another driver may have committed before we took the lease
+        for p in collect_temp(run_dir):  # ours now: no live writer owns them
+            print(f"removed {p.name}, left by a killed writer", flush=True)
+        if start_over:
+            _erase_run(run_dir, run)
+        else:
+            run.pull()  # again: another driver may have committed before we took the lease
+        ckpt = _resume_point(cfg, ckpt_dir, start_over)
         if ckpt is not None and ckpt.round >= f.rounds:
-            return _finished(cfg, run_dir, ckpt)
+            return _finished(cfg, run_dir, ckpt, run)
         on_lost = None
         if handle_signals:  # interrupt the main thread at once (SIGUSR1 raises LeaseLost there)
             signal.signal(signal.SIGUSR1, _raise_lease_lost(lease))
             on_lost = lambda why: os.kill(os.getpid(), signal.SIGUSR1)  # noqa: E731
         lease.start_heartbeat(on_lost=on_lost)
         write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
-        return _train_rounds(run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, user_cfg=cfg)
+        run.push(["config.json"])
+        return _train_rounds(run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, user_cfg=cfg,
+                             run=run)
     finally:
         lease.release()
 
 
+def _erase_run(run_dir: Path, run) -> None:
+    """--start-over: delete the run's files here and in the store (under the lease)."""
+    import shutil
+
+    for name in RUN_FILES:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    run.remove(RUN_FILES)
+    print(f"--start-over: removed the previous run's files from {run_dir}", flush=True)
+
+
 def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir: Path, ckpt: Checkpoint | None,
-                  lease: Lease, handle_signals: bool, t0: float, user_cfg: RunConfig | None = None) -> dict:
+                  lease: Lease, handle_signals: bool, t0: float, user_cfg: RunConfig | None = None, run=None) -> dict:
     """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first.
-    `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record."""
+    `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record.
+    `run` (pubswap.storage) persists each local commit to a URI run_dir's store."""
     user_cfg = user_cfg or cfg
+    run = run or open_run(str(run_dir))
+
+    def persist(*rels: str) -> None:
+        lease.check()
+        run.push(rels)
     from jobs.federation import ActorLost, Federation
 
     f, ft = cfg.federation, cfg.fault_tolerance
@@ -321,7 +386,9 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                      "base_eval": eval_record(base)}
             lease.check()
             save_checkpoint(ckpt_dir, 0, global_adapter, lora_config, {**fixed, "record": None})
+            persist("checkpoints/round_0000", "checkpoints/LATEST")
             write_text_atomic(metrics_path, "")
+            persist("metrics.jsonl")
             records, start = [], 1
         else:
             global_adapter = ckpt.adapter()
@@ -333,6 +400,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                      "base_eval": _base_eval(ckpt.state)}
             lease.check()
             records = metrics_log.rebuild(metrics_path, ckpt.round, lambda r: _checkpointed_record(ckpt_dir, r))
+            persist("metrics.jsonl")
             start = ckpt.round + 1
             print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
                   f"{len(records)} rounds of metrics kept", flush=True)
@@ -358,11 +426,18 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             # the log line first, then the commit: a crash in between leaves a line the resume drops
             lease.check()
             metrics_log.append_record(metrics_path, record)
+            persist("metrics.jsonl")
             lease.check()
             save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record}, clients=states)
+            persist(f"checkpoints/{round_dir(ckpt_dir, r).name}", "checkpoints/LATEST")
             records.append(record)
+            gone = prune(ckpt_dir, cfg.checkpoint.keep_last, {_best_round(records)})
+            lease.check()
+            run.remove(f"checkpoints/{name}" for name in gone)
             logger.log_round(record)
-            plot([curve(label_of(user_cfg.to_dict()), fixed["base_eval"], records)], plot_path, title=str(run_dir.name))
+            plot([curve(label_of(user_cfg.to_dict()), fixed["base_eval"], records)], plot_path,
+                 title=str(Path(cfg.run_dir).name))
+            persist("tensorboard", "progress.png")
             t = record["time"]
             pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
             print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s, drift {mean(record['drift_sq']):.2e}{pass_txt}; "
@@ -373,6 +448,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             logger.close()
     lease.check()
     summary = _summary(run_dir, fixed["base_eval"], records, time.perf_counter() - t0)
+    persist("summary.json")
     print(f"base pass@1 {_pm(summary, 'base')} -> final pass@1 {_pm(summary, 'final')} "
           f"(SE over {summary['eval_prompts']} test prompts) in {summary['wall_s']:.0f}s; run dir {run_dir}",
           flush=True)
@@ -384,9 +460,16 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
     return summary
 
 
-def _finished(cfg: RunConfig, run_dir: Path, ckpt: Checkpoint) -> dict:
-    """The summary of a run whose last round is checkpointed already: nothing to train."""
-    print(f"{run_dir}: the run already finished (round {ckpt.round} of {cfg.federation.rounds} is checkpointed); "
+def _best_round(records: list[dict]) -> int:
+    """The round with the best evaluated pass@1 (0, the base model, if none is evaluated yet)."""
+    evaluated = [r for r in records if "pass@1" in r]
+    return max(evaluated, key=lambda r: r["pass@1"])["round"] if evaluated else 0
+
+
+def _finished(cfg: RunConfig, run_dir: Path, ckpt: Checkpoint, run) -> dict:
+    """The summary of a run whose last round is checkpointed already: nothing to train (the summary is
+    written here, not pushed: this driver may not hold the lease)."""
+    print(f"{cfg.run_dir}: the run already finished (round {ckpt.round} of {cfg.federation.rounds} is checkpointed); "
           "nothing to do. Raise federation.rounds to continue it.", flush=True)
     if (run_dir / "summary.json").is_file():
         return json.loads((run_dir / "summary.json").read_text())
@@ -446,11 +529,15 @@ def stop_on_sigterm() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Federated GRPO / PubSwap round driver")
     parser.add_argument("--config", default=None, help="YAML config file")
+    parser.add_argument("--start-over", action="store_true",
+                        help="discard the run that run_dir holds (checkpoints, metrics, events) and start afresh; "
+                             "without it a run_dir is always resumed, and one that cannot be is left untouched")
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. federation.tau=4")
     args = parser.parse_args(argv)
     quiet_driver()
     try:
         cfg = load_config(args.config, args.overrides)
+        check_run_dir_for_jobs(cfg.run_dir)
     except ConfigError as e:
         print(f"config error: {e}", file=sys.stderr)
         return 2
@@ -463,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     stop_with_parent()  # inside `ray job submit`: a killed entrypoint shell ends this driver too
     try:
         try:
-            train(cfg, handle_signals=True)
+            train(cfg, handle_signals=True, start_over=args.start_over)
         except SystemError as e:
             inner = raised_by_a_handler(e)
             if inner is None:
@@ -488,7 +575,26 @@ def main(argv: list[str] | None = None) -> int:
     except (PlacementError, GpuBudgetError, CollectiveSetupError) as e:
         print(f"cannot start: {e}", file=sys.stderr)
         return 2
+    except StorageError as e:
+        print(f"storage error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if not storage_full(e):
+            raise
+        print(f"storage full: {e}; the previous checkpoint is intact and no temp file was left. Free space in "
+              f"{cfg.run_dir}'s storage (or lower checkpoint.keep_last), then rerun the same command to resume",
+              file=sys.stderr)
+        return EXIT_STORAGE_FULL
     return 0
+
+
+def check_run_dir_for_jobs(run_dir: str) -> None:
+    """Under `ray job submit` a relative run_dir lands in the job's temporary working directory, which the
+    next attempt does not see: a config error, not a run that cannot resume."""
+    if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") and not is_uri(run_dir) and not Path(run_dir).is_absolute():
+        raise ConfigError(f"run_dir={run_dir} is relative: under `ray job submit` it would be inside the job's "
+                          "temporary working directory and lost when the job is resubmitted; give an object-store "
+                          "URI (run_dir=s3://bucket/prefix) or an absolute path on storage every node reaches")
 
 
 if __name__ == "__main__":

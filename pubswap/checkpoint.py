@@ -25,6 +25,7 @@ public copies ("public/<client>/<name>"), with its sha256 in state.json.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -51,6 +52,24 @@ class CheckpointWarning(UserWarning):
 
 class ResumeError(RuntimeError):
     """The run directory holds a run that this config cannot continue; the message says what differs."""
+
+
+class StorageFull(OSError):
+    """The run's storage refused a write for lack of space or quota; nothing half-written was left."""
+
+
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def storage_full(e: BaseException) -> bool:
+    """Whether `e` (or what caused it) is a write refused for lack of space, quota or file size."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, StorageFull) or (isinstance(e, OSError) and e.errno in FULL_ERRNOS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 @dataclass
@@ -156,8 +175,11 @@ def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mappin
         if final.exists():  # a redone round (after a resume) replaces its old folder
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if storage_full(e):
+            raise StorageFull(e.errno if isinstance(e, OSError) else errno.ENOSPC,
+                              f"no space left to write checkpoint {final} ({e})") from e
         raise
     _fsync_dir(ckpt_dir)
     write_text_atomic(ckpt_dir / LATEST_NAME, final.name + "\n")
@@ -212,3 +234,53 @@ def latest_checkpoint(ckpt_dir: str | os.PathLike) -> Checkpoint | None:
             continue
         return Checkpoint(r, path, state)
     return None
+
+
+def unusable(ckpt_dir: str | os.PathLike) -> list[str]:
+    """'round_NNNN: why' for every round folder that does not verify, newest first."""
+    ckpt_dir = Path(ckpt_dir)
+    out = []
+    for r in reversed(list_rounds(ckpt_dir)) if ckpt_dir.is_dir() else []:
+        state, why = verify(round_dir(ckpt_dir, r))
+        if state is None:
+            out.append(f"{round_dir(ckpt_dir, r).name}: {why}")
+    return out
+
+
+def prune(ckpt_dir: str | os.PathLike, keep_last: int, keep: set[int] = frozenset()) -> list[str]:
+    """Delete round folders older than the newest `keep_last` except round 0 and `keep` (the best round);
+    returns the deleted folders' names. A folder is renamed to a temp name before it is deleted, so a
+    crash in between leaves a temp folder (collected by the next driver), never a half-deleted round."""
+    if keep_last <= 0:
+        return []
+    ckpt_dir = Path(ckpt_dir)
+    rounds = list_rounds(ckpt_dir)
+    kept = {0, *keep, *rounds[-keep_last:]}
+    gone = []
+    for r in rounds:
+        if r in kept:
+            continue
+        path = round_dir(ckpt_dir, r)
+        trash = ckpt_dir / f".trash.{path.name}.{os.getpid()}"
+        os.replace(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        gone.append(path.name)
+    return gone
+
+
+def collect_temp(run_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temp files and folders that killed writers left in run_dir and its checkpoints (call
+    only while holding run_dir's lease: then no live writer owns any of them); returns what went."""
+    gone = []
+    for folder in (Path(run_dir), Path(run_dir) / "checkpoints"):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if not p.name.startswith(".") or p.name == ".gitignore":
+                continue
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone

@@ -252,6 +252,13 @@ class FaultToleranceConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    # per-round checkpoints kept besides round 0 (the base model) and the best-evaluated round; older ones
+    # are deleted after each commit (locally and in an object-store run_dir). 0 keeps every round.
+    keep_last: int = 3
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     run_dir: str = "runs/default"
@@ -263,6 +270,7 @@ class RunConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     fault_tolerance: FaultToleranceConfig = field(default_factory=FaultToleranceConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval_every: int = 1  # evaluate the global adapter every this many rounds (and before round 1)
     eval_n: int = 1  # responses per test prompt: pass@1 is their mean (mean@n), with its standard error
     # GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see README)
@@ -533,6 +541,7 @@ def validate(cfg: RunConfig) -> None:
     need(ft.restart_timeout_s > 0, "fault_tolerance.restart_timeout_s", "must be > 0")
     need(ft.step_timeout_s >= 0, "fault_tolerance.step_timeout_s", "must be >= 0 (0: no timeout)")
     need(ft.lease_ttl_s >= 4, "fault_tolerance.lease_ttl_s", "must be >= 4 (seconds; the heartbeat is every ttl/4)")
+    need(cfg.checkpoint.keep_last >= 0, "checkpoint.keep_last", "must be >= 0 (0 keeps every round)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,7 +549,7 @@ def validate(cfg: RunConfig) -> None:
 
 # What a resumed run may change: where and how it runs, how far, how often it evaluates. Everything
 # else (model, data, method, clients, seeds, hyperparameters, rollout backend) would change the result.
-RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.", "logger",
+RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.", "checkpoint.", "logger",
                   "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.sleep_mode",
                   "rollout.enforce_eager", "rollout.max_num_seqs", "rollout.max_num_batched_tokens",
                   "rollout.adapter_dir", "deterministic",

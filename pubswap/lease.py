@@ -17,6 +17,14 @@ is created with a hard link, which fails if the file exists; a takeover replaces
 back after a pause, so of two drivers racing to take over a dead owner's lease only the last rename wins
 and the other refuses. The remaining window is a renewal racing a takeover between its read and its
 rename (microseconds), after which the renewing driver's next check finds the file is no longer its own.
+
+On object storage (a run_dir URI, pubswap/storage.py) the lease is the object `<run_dir>/LEASE`. Object
+stores have no hard links, and pyarrow exposes no conditional write, so a fresh lease is created as a
+takeover is: written only where none exists, then read back after CONFIRM_S; of two drivers racing for
+it the one whose write landed last wins and the other refuses. S3 and GCS are strongly consistent
+(read-after-write), which that read-back needs. The window left is two drivers that both saw no lease
+within CONFIRM_S of each other and whose writes both landed before either read back: then both read the
+last one and exactly one proceeds.
 """
 
 from __future__ import annotations
@@ -58,16 +66,93 @@ def describe(owner: dict) -> str:
 
 def read_owner(path: Path) -> dict | None:
     try:
-        return json.loads(Path(path).read_text())
+        return _parse(Path(path).read_text())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except OSError:
+        return {}
+
+
+def _parse(text: str | bytes | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        owner = json.loads(text)
+        return owner if isinstance(owner, dict) else {}
+    except ValueError:
         return {}  # being replaced, or torn by a crash: treated as a lease whose heartbeat does not move
 
 
-class Lease:
-    def __init__(self, run_dir: Path, ttl_s: float = 60.0):
+class _LocalFile:
+    """The lease as a file of a (possibly shared) POSIX file system."""
+
+    def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LEASE_NAME
+        self.where = str(self.path.parent)
+
+    def prepare(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def read(self) -> dict | None:
+        return read_owner(self.path)
+
+    def create(self, owner: dict) -> bool:
+        tmp = self._tmp(owner)
+        tmp.write_text(json.dumps(owner))
+        try:
+            os.link(tmp, self.path)  # atomic, and fails if the file exists (also on NFS)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def replace(self, owner: dict) -> None:
+        tmp = self._tmp(owner)
+        tmp.write_text(json.dumps(owner))
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def _tmp(self, owner: dict) -> Path:
+        return self.path.with_name(f".{LEASE_NAME}.{owner['id'][:8]}.{threading.get_ident()}")
+
+
+class _ObjectFile:
+    """The lease as an object of a run_dir URI (see the module docstring for what guards it)."""
+
+    def __init__(self, store):
+        self.store = store
+        self.where = store.uri
+
+    def prepare(self) -> None:
+        pass
+
+    def read(self) -> dict | None:
+        try:
+            return _parse(self.store.read_bytes(LEASE_NAME))
+        except OSError:
+            return {}
+
+    def create(self, owner: dict) -> bool:
+        if self.store.exists(LEASE_NAME):
+            return False
+        self.replace(owner)
+        time.sleep(CONFIRM_S)
+        return (self.read() or {}).get("id") == owner["id"]
+
+    def replace(self, owner: dict) -> None:
+        self.store.write_bytes(LEASE_NAME, json.dumps(owner).encode())
+
+    def remove(self) -> None:
+        self.store.delete(LEASE_NAME)
+
+
+class Lease:
+    def __init__(self, run_dir: Path | None, ttl_s: float = 60.0, store=None):
+        """The lease of `run_dir` (a local path), or of the object store `store` (pubswap.storage.ObjectStore)."""
+        self.file = _ObjectFile(store) if store is not None else _LocalFile(run_dir)
         self.ttl_s = ttl_s
         pid = os.getpid()
         self.owner = {"id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": pid, "pid_start": _pid_start(pid),
@@ -81,38 +166,28 @@ class Lease:
 
     def acquire(self, say: Callable[[str], None] = print) -> "Lease":
         """Take the lease, waiting out a silent owner on another host; raises LeaseHeld if the owner lives."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.file.prepare()
+        where = self.file.where
         while True:
-            if self._create():
+            if self.file.create(self.owner):
                 return self
-            owner = read_owner(self.path)
+            owner = self.file.read()
             if owner is None:
                 continue  # released in between: try to create it again
             dead = self._owner_dead(owner, say)
             if dead is None:
                 continue  # released or taken over meanwhile: look again
             if not dead:
-                raise LeaseHeld(f"{self.path.parent} is in use by a live driver, {describe(owner)}; stop it first, "
-                                f"or use another run_dir (its lease: {self.path})")
-            self._write()
+                raise LeaseHeld(f"{where} is in use by a live driver, {describe(owner)}; stop it first, "
+                                f"or use another run_dir (its lease: {where}/{LEASE_NAME})")
+            self.file.replace(self.owner)
             time.sleep(CONFIRM_S)
-            now = read_owner(self.path)
+            now = self.file.read()
             if not now or now.get("id") != self.owner["id"]:
-                raise LeaseHeld(f"{self.path.parent}: another driver took over the lease of the dead "
+                raise LeaseHeld(f"{where}: another driver took over the lease of the dead "
                                 f"{describe(owner)} at the same time ({describe(now or {})})")
-            say(f"took over the lease of {self.path.parent} from the dead driver {describe(owner)}")
+            say(f"took over the lease of {where} from the dead driver {describe(owner)}")
             return self
-
-    def _create(self) -> bool:
-        tmp = self._tmp()
-        tmp.write_text(json.dumps(self.owner))
-        try:
-            os.link(tmp, self.path)  # atomic, and fails if the file exists (also on NFS)
-            return True
-        except FileExistsError:
-            return False
-        finally:
-            tmp.unlink(missing_ok=True)
 
     def _owner_dead(self, owner: dict, say: Callable[[str], None]) -> bool | None:
         """True: dead; False: alive; None: the file changed owner while we watched."""
@@ -120,12 +195,12 @@ class Lease:
             start = _pid_start(int(owner["pid"]))
             return start is None or (owner.get("pid_start") is not None and start != owner["pid_start"])
         # another host (or an unreadable file): dead if the heartbeat does not move for ttl_s on our clock
-        say(f"{self.path.parent} is leased by {describe(owner)}; waiting up to {self.ttl_s:.0f}s "
+        say(f"{self.file.where} is leased by {describe(owner)}; waiting up to {self.ttl_s:.0f}s "
             "(fault_tolerance.lease_ttl_s) for its heartbeat")
         deadline = time.monotonic() + self.ttl_s
         while time.monotonic() < deadline:
             time.sleep(min(1.0, self.ttl_s / 8))
-            now = read_owner(self.path)
+            now = self.file.read()
             if now is None or now.get("id") != owner.get("id"):
                 return None
             if now.get("beat") != owner.get("beat"):
@@ -138,9 +213,9 @@ class Lease:
         """Raise LeaseLost unless the lease file still names this driver (call before every commit)."""
         if self.lost:
             raise LeaseLost(self.lost)
-        now = read_owner(self.path)
+        now = self.file.read()
         if not now or now.get("id") != self.owner["id"]:
-            self.lost = (f"the lease of {self.path.parent} was taken over by "
+            self.lost = (f"the lease of {self.file.where} was taken over by "
                          f"{describe(now) if now else 'nobody (the file is gone)'}")
             raise LeaseLost(self.lost)
 
@@ -149,7 +224,7 @@ class Lease:
             self.check()
             self.owner["beat"] += 1
             self.owner["time"] = time.time()
-            self._write()
+            self.file.replace(self.owner)
 
     def start_heartbeat(self, on_lost: Callable[[str], None] | None = None) -> None:
         """Renew every ttl_s / 4 from a daemon thread; `on_lost(reason)` runs once if the lease is lost."""
@@ -173,14 +248,6 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=5)
         with self._lock:
-            now = read_owner(self.path)
+            now = self.file.read()
             if now and now.get("id") == self.owner["id"]:
-                self.path.unlink(missing_ok=True)
-
-    def _write(self) -> None:
-        tmp = self._tmp()
-        tmp.write_text(json.dumps(self.owner))
-        os.replace(tmp, self.path)
-
-    def _tmp(self) -> Path:
-        return self.path.with_name(f".{LEASE_NAME}.{self.owner['id'][:8]}.{threading.get_ident()}")
+                self.file.remove()

@@ -65,3 +65,48 @@ def ray_head():
     finally:
         subprocess.run([ray_cli(), "stop", "--force"], capture_output=True, timeout=120)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto's standalone server) on 127.0.0.1 with a bucket `runs`; yields the
+    environment a driver needs to reach it (endpoint, credentials, region)."""
+    import os
+    import socket
+    import subprocess
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = Path(sys.executable).with_name("moto_server")
+    log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start (exit {proc.poll()})")
+                time.sleep(0.2)
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)  # this process's pyarrow reads them too
+        import pyarrow.fs as pafs
+
+        pafs.S3FileSystem(allow_bucket_creation=True, endpoint_override=f"127.0.0.1:{port}", scheme="http",
+                          access_key="test", secret_key="test", region="us-east-1").create_dir("runs")
+        yield env
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()

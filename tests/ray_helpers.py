@@ -45,8 +45,9 @@ def ft_config(model_dir: Path, run_dir: Path, *extra: str) -> RunConfig:
     return tiny_config(model_dir, run_dir, *FT, *extra)
 
 
-def write_config(cfg: RunConfig) -> Path:
-    path = Path(cfg.run_dir).parent / f"{Path(cfg.run_dir).name}.yaml"
+def write_config(cfg: RunConfig, path: Path | None = None) -> Path:
+    """The config as a YAML file: `path`, or beside a local run_dir."""
+    path = path or Path(cfg.run_dir).parent / f"{Path(cfg.run_dir).name}.yaml"
     path.write_text(yaml.safe_dump(cfg.to_dict()))
     return path
 
@@ -55,16 +56,37 @@ def _driver_env(env_extra: dict | None = None) -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", FAULT_ENV)} | (env_extra or {})
 
 
-def run_driver(cfg: RunConfig, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    """`python -m jobs.train --config X` in a fresh process (which starts its own local Ray)."""
-    return subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                          env=_driver_env(env_extra), capture_output=True, text=True, timeout=600)
+def run_driver(cfg: RunConfig, env_extra: dict | None = None, args: tuple[str, ...] = (),
+               config_path: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m jobs.train --config X [args]` in a fresh process (which starts its own local Ray)."""
+    return subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg, config_path)), *args],
+                          cwd=REPO, env=_driver_env(env_extra), capture_output=True, text=True, timeout=600)
 
 
-def start_driver(cfg: RunConfig, stderr=subprocess.PIPE, env_extra: dict | None = None) -> subprocess.Popen:
+def start_driver(cfg: RunConfig, stderr=subprocess.PIPE, env_extra: dict | None = None,
+                 config_path: Path | None = None) -> subprocess.Popen:
     """Like run_driver, but running: read its stdout line by line, signal it, wait for it."""
-    return subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))], cwd=REPO,
-                            env=_driver_env(env_extra), stdout=subprocess.PIPE, stderr=stderr, text=True)
+    return subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg, config_path))],
+                            cwd=REPO, env=_driver_env(env_extra), stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it (a driver's local Ray: GCS, raylet, workers, agents)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
 
 
 def metrics(run_dir) -> list[dict]:

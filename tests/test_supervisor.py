@@ -40,8 +40,17 @@ def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(ray
 def test_supervisor_refuses_a_relative_run_dir(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         supervise.main(["--", sys.executable, "-m", "jobs.train", "run_dir=runs/x"])
-    assert e.value.code == 2 and "absolute run_dir" in capsys.readouterr().err
+    assert e.value.code == 2 and "run_dir=s3://bucket/prefix (or an absolute path" in capsys.readouterr().err
+    assert supervise.run_dir_of(["x", "run_dir=s3://b/runs/x"], tmp_path) == "s3://b/runs/x"
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(f"run_dir: {tmp_path}/abs\n")
     assert supervise.run_dir_of(["python", "-m", "jobs.train", "--config", str(cfg_file)], tmp_path) == f"{tmp_path}/abs"
     assert supervise.run_dir_of(["x", "--config", str(cfg_file), "run_dir=/o"], tmp_path) == "/o"
+
+
+def test_a_resubmission_resumes_instead_of_starting_over_again():
+    first = "python -m jobs.train --config 'configs/a b.yaml' --start-over run_dir=s3://b/x"
+    assert supervise.retry_entrypoint(first) == "python -m jobs.train --config 'configs/a b.yaml' run_dir=s3://b/x"
+    plain = "python -m jobs.train --config configs/x.yaml"
+    assert supervise.retry_entrypoint(plain) == plain
+    assert 4 in supervise.FINAL_EXIT_CODES  # a full disk is not retried blindly

@@ -1,0 +1,57 @@
+"""A whole-cluster preemption of a run whose run_dir is in object storage (a real S3 server on 127.0.0.1):
+the driver and every Ray process of the cluster are SIGKILLed from outside after round 1, every local
+folder of the run is deleted, and the same command on a fresh Ray resumes from the store to an adapter
+bitwise equal to an uninterrupted run's."""
+
+import os
+import shutil
+import signal
+import time
+import uuid
+
+from pubswap.checkpoint import list_rounds
+from pubswap.storage import RunMirror
+from ray_helpers import final_sha, ft_config, metrics, process_tree, run_driver, start_driver
+
+
+def test_whole_cluster_preemption_resumes_from_object_storage_bitwise(s3_server, ft_reference, digit_model_dir, tmp_path):
+    uri = f"s3://runs/{uuid.uuid4().hex[:8]}/preempted"
+    cfg = ft_config(digit_model_dir, uri, "checkpoint.keep_last=1")
+    node1, node2 = tmp_path / "node1", tmp_path / "node2"
+    proc = start_driver(cfg, config_path=tmp_path / "run.yaml", env_extra={**s3_server, "PUBSWAP_SCRATCH": str(node1)})
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "checkpoint round_0001" in line:  # printed once round 1 is committed and pushed
+                break
+        tree = process_tree(proc.pid)
+        assert len(tree) > 3, "the driver's local Ray (GCS, raylet, workers) should be running"
+        for pid in tree:  # the whole cluster at once: driver, GCS, raylet, actors
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)[-2000:]
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in tree):
+        assert time.monotonic() < deadline, "a process of the killed cluster is still alive"
+        time.sleep(0.5)
+    shutil.rmtree(node1)  # every local file of the run is gone with the nodes
+
+    done = run_driver(cfg, config_path=tmp_path / "run.yaml", env_extra={**s3_server, "PUBSWAP_SCRATCH": str(node2)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming after round 1" in done.stdout
+    check = RunMirror(uri, tmp_path / "check")
+    check.pull()
+    assert final_sha(check.local) == final_sha(ft_reference)
+    assert [r["round"] for r in metrics(check.local)] == [1, 2]
+    # keep_last=1 keeps round 0, the best round and the newest: round 1 (pass@1 below round 2's) is pruned
+    best = max(metrics(check.local), key=lambda r: r["pass@1"])["round"]
+    assert list_rounds(check.local / "checkpoints") == sorted({0, best, 2})
+    assert (check.local / "summary.json").is_file() and (check.local / "tensorboard").is_dir()
+    assert not check.store.exists("LEASE")  # released at the end
