@@ -29,6 +29,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -67,6 +68,10 @@ def storage_full(e: BaseException) -> bool:
     while e is not None and id(e) not in seen:
         seen.add(id(e))
         if isinstance(e, StorageFull) or (isinstance(e, OSError) and e.errno in FULL_ERRNOS):
+            return True
+        # safetensors (Rust) reports an I/O error as SafetensorError("... (os error 28)"), not as OSError
+        m = re.search(r"\(os error (\d+)\)", str(e))
+        if m and int(m.group(1)) in FULL_ERRNOS:
             return True
         e = e.__cause__ or e.__context__
     return False
@@ -178,8 +183,7 @@ def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mappin
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if storage_full(e):
-            raise StorageFull(e.errno if isinstance(e, OSError) else errno.ENOSPC,
-                              f"no space left to write checkpoint {final} ({e})") from e
+            raise StorageFull(f"no space left to write checkpoint {final} ({e})") from e
         raise
     _fsync_dir(ckpt_dir)
     write_text_atomic(ckpt_dir / LATEST_NAME, final.name + "\n")
