@@ -42,6 +42,7 @@ from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, trunc
 from pubswap.rewards import in_format, make_row_reward
 from pubswap.seeding import derive_seed
 from pubswap.swap import Response
+from pubswap.step_checkpoint import load_optimizer_state, optimizer_state
 from pubswap.timing import PhaseTimer
 from pubswap.full_trainer import FullGRPOTrainer
 from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
@@ -217,6 +218,24 @@ class ClientCore(GossipPeer):
             self._sync_engine(cid)
         self._active = None
         self.flood_base, self.pending = None, {}  # SeedFlood: the period starts from the global weights
+
+    def train_states(self, cids: Sequence[int]) -> dict[int, dict]:
+        """Each client's adapter and optimizer state (moments, step count) as CPU tensors, for an
+        in-round checkpoint (pubswap/step_checkpoint.py)."""
+        return {cid: {"adapter": dict(self.clients[cid].adapter),
+                      "opt": optimizer_state(self.clients[cid].optimizer)} for cid in self._hosted(cids)}
+
+    @timed_call
+    def load_train_states(self, states: Mapping[int, dict]) -> None:
+        """Continue a round from an in-round checkpoint: these clients take their saved adapter and
+        optimizer state (call after set_global, which set the round's anchor)."""
+        for cid, st in states.items():
+            client = self.clients[self._hosted([cid])[0]]
+            client.adapter = {k: v.float() for k, v in st["adapter"].items()}
+            client.optimizer = self.trainer.new_optimizer()
+            load_optimizer_state(client.optimizer, st["opt"])
+            self._sync_engine(cid)
+        self._active = None  # the trainer's live weights are no client's now
 
     def get_adapter(self, cid: int | None = None) -> Adapter:
         return self.clients[self.ids[0] if cid is None else cid].adapter

@@ -272,6 +272,19 @@ class Federation:
             calls.append(a.load_states.remote(part))
         self._call(calls)
 
+    def train_states(self, cids: Sequence[int]) -> dict[int, dict]:
+        """The adapters and optimizer states of clients `cids` (an in-round checkpoint's content)."""
+        out: dict[int, dict] = {}
+        for part in self._call([a.train_states.remote(ids) for a, ids in zip(self.actors, self._by_actor(cids))
+                                if ids]):
+            out.update(part)
+        return out
+
+    def load_train_states(self, states: dict[int, dict]) -> None:
+        """Hand each actor only its own clients' saved adapters and optimizer states."""
+        self._call([a.load_train_states.remote({c: states[c] for c in ids})
+                    for a, ids in zip(self.actors, self._by_actor(list(states))) if ids])
+
     def initial_adapter(self) -> Adapter:
         return self._call([self.actors[0].get_adapter.remote()])[0]
 

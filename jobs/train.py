@@ -26,8 +26,10 @@ from jobs.centralized import centralize
 from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
 from pubswap import metrics_log
+from pubswap import step_checkpoint
 from pubswap.checkpoint import (Checkpoint, ResumeError, collect_temp, latest_checkpoint, list_rounds, prune,
-                                round_dir, save_checkpoint, storage_full, unusable, verify, write_text_atomic)
+                                round_dir, save_checkpoint, storage_full, unusable, update_state, verify,
+                                write_text_atomic)
 from pubswap.config import CENTRALIZED, ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
@@ -120,43 +122,88 @@ def _round_record(r: int, parts: list[int], steps: list[dict], avg: list[dict], 
     }
 
 
-def run_round(fed, cfg: RunConfig, r: int, start: Adapter, t0: float) -> tuple[dict, Adapter]:
-    """tau local steps (public ones for PubSwap), the average, and (if due) the evaluation of round r.
+class InRoundCheckpoints:
+    """The driver's side of in-round checkpoints (pubswap/step_checkpoint.py): every
+    `checkpoint.every_steps` steps of a federated round, under the lease, persisted like any commit."""
+
+    def __init__(self, ckpt_dir: Path, every: int, persist, run):
+        self.ckpt_dir, self.every, self.persist, self.run = ckpt_dir, every, persist, run
+
+    def due(self, step: int, tau: int) -> bool:
+        return self.every > 0 and step % self.every == 0 and step < tau
+
+    def save(self, r: int, step: int, steps: list[dict], states: dict) -> None:
+        step_checkpoint.save(self.ckpt_dir, r, step, steps, states)  # persist() checks the lease first
+        self.persist(f"checkpoints/{step_checkpoint.DIR_NAME}")
+
+    def load(self, r: int):
+        return step_checkpoint.load(self.ckpt_dir, r)
+
+    def clear(self) -> None:
+        if step_checkpoint.clear(self.ckpt_dir):
+            self.run.remove([f"checkpoints/{step_checkpoint.DIR_NAME}"])
+
+
+def run_round(fed, cfg: RunConfig, r: int, start: Adapter, t0: float,
+              inround: InRoundCheckpoints | None = None) -> tuple[dict, Adapter]:
+    """tau local steps (public ones for PubSwap) and the average of round r (the evaluation follows the
+    commit of the average, in the driver).
 
     Every client holds the round-start global adapter with a fresh optimizer when this is called; the
-    round's participants (a seeded subset under partial participation) train and are averaged.
+    round's participants (a seeded subset under partial participation) train and are averaged. With an
+    in-round checkpoint of round r (`inround`), the participants take its adapters and optimizer states
+    and the round continues after its step; one is saved every `checkpoint.every_steps` steps.
     """
     f = cfg.federation
     fed.take_timing()  # start the actors' phase timers afresh (set_global, recovery: not this round's)
     fed.calls_s = 0.0
-    t_round = time.perf_counter()
     parts = fed.participants(r)
-    steps = []
+    steps, first = [], 1
+    saved = inround.load(r) if inround is not None else None
+    if saved is not None:
+        fed.load_train_states(saved.states)
+        steps, first = list(saved.steps), saved.step + 1
+        print(f"round {r}: continuing at step {first} from the in-round checkpoint after step {saved.step}", flush=True)
     with progress(f.tau, f"round {r}/{f.rounds}") as bar:
-        for s in range(1, f.tau + 1):
+        bar.update(first - 1)
+        for s in range(first, f.tau + 1):
             maybe_crash("driver", r, s, "step")
             out = fed.public_step(r, s, parts) if f.is_public_step(s) else fed.private_step(r, s, parts)
             steps.append(out)
             bar.write(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0))
+            if inround is not None and inround.due(s, f.tau):
+                inround.save(r, s, steps, fed.train_states(parts))
+                bar.write(f"round {r} step {s}: in-round checkpoint saved")
             sys.stdout.flush()
             bar.update()
     global_adapter, avg, comm = fed.average(r, parts, start)
-    record = _round_record(r, parts, steps, avg, len(fed.actors), num_bytes(start), comm)
-    if r % cfg.eval_every == 0 or r == f.rounds:
-        record.update(eval_record(fed.evaluate(r)))
-    actor_times = fed.take_timing()
-    record["time"] = breakdown(actor_times, fed.calls_s, time.perf_counter() - t_round)
-    return record, global_adapter
+    return _round_record(r, parts, steps, avg, len(fed.actors), num_bytes(start), comm), global_adapter
+
+
+def evaluate_round(fed, cfg: RunConfig, r: int, average: Adapter, states: dict | None) -> dict:
+    """Round r's evaluation fields, if one is due: pass@1 of the global adapter (every client holds it
+    after the average), or for a decentralized run of the clients' `average` and of `eval_clients`
+    seeded clients' own adapters (`states`; None: SeedFlood, where every client holds `average`)."""
+    f = cfg.federation
+    if not (r % cfg.eval_every == 0 or r == f.rounds):
+        return {}
+    if not f.decentralized:
+        return eval_record(fed.evaluate(r))
+    out = eval_record(fed.evaluate(r, average))
+    k = min(f.eval_clients, f.num_clients)
+    sample = sorted(int(c) for c in rng(cfg.seed, "eval_clients", r).choice(f.num_clients, size=k, replace=False))
+    out["client_pass@1"] = {str(c): fed.evaluate(r, states["x"][c] if states else average).pass_at_1
+                            for c in sample}
+    return out
 
 
 def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adapter, dict]:
-    """A decentralized round: tau local steps of every client, a gossip step with its graph neighbours
-    after every `gossip_every` of them, and (if due) the evaluation of the clients' average. Returns the
+    """A decentralized round: tau local steps of every client and a gossip step with its graph neighbours
+    after every `gossip_every` of them (the evaluation follows the commit, in the driver). Returns the
     record, the average (the checkpoint's adapter) and every client's state (its own tensors)."""
     f = cfg.federation
     fed.take_timing()
     fed.calls_s = 0.0
-    t_round = time.perf_counter()
     parts = list(range(f.num_clients))
     seedflood = f.gossip_rule == "seedflood"
     fed.start_round()
@@ -196,12 +243,6 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
     record["bytes"]["per_edge"] = [g["edge_bytes"] for g in gossips]  # mean over directed edges, per gossip
     if seedflood:
         record["flood_hops"] = [g["hops"] for g in gossips]
-    if r % cfg.eval_every == 0 or r == f.rounds:
-        record.update(eval_record(fed.evaluate(r, average)))
-        k = min(f.eval_clients, f.num_clients)
-        sample = sorted(int(c) for c in rng(cfg.seed, "eval_clients", r).choice(f.num_clients, size=k, replace=False))
-        record["client_pass@1"] = {str(c): fed.evaluate(r, states["x"][c]).pass_at_1 for c in sample}
-    record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
     return record, average, None if seedflood else states
 
 
@@ -295,7 +336,7 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
     run_dir = run.local
     ckpt_dir = run_dir / "checkpoints"
     ckpt = _resume_point(cfg, ckpt_dir, start_over)
-    if ckpt is not None and ckpt.round >= f.rounds:
+    if ckpt is not None and ckpt.round >= f.rounds and ckpt.state.get("evaluated") is not False:
         return _finished(cfg, run_dir, ckpt, run)
     # everything that can reject the input (model, data files, the split) runs before run_dir is touched
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
@@ -317,7 +358,7 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
         else:
             run.pull()  # again: another driver may have committed before we took the lease
         ckpt = _resume_point(cfg, ckpt_dir, start_over)
-        if ckpt is not None and ckpt.round >= f.rounds:
+        if ckpt is not None and ckpt.round >= f.rounds and ckpt.state.get("evaluated") is not False:
             return _finished(cfg, run_dir, ckpt, run)
         on_lost = None
         if handle_signals:  # interrupt the main thread at once (SIGUSR1 raises LeaseLost there)
@@ -375,6 +416,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             print(fed.topo.describe(), flush=True)
         lora_config = fed.lora_config()
         states = None  # decentralized runs: every client's own round-start state
+        pending = None  # (record, adapter, states) of a round committed but not yet evaluated
         if ckpt is None:
             global_adapter = fed.initial_adapter()
             fed.set_global(global_adapter)
@@ -399,37 +441,66 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             fixed = {"config": user_cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
                      "base_eval": _base_eval(ckpt.state)}
             lease.check()
-            records = metrics_log.rebuild(metrics_path, ckpt.round, lambda r: _checkpointed_record(ckpt_dir, r))
+            # a round committed before its evaluation (the driver died evaluating it) is evaluated again
+            unevaluated = ckpt.state.get("evaluated") is False
+            records = metrics_log.rebuild(metrics_path, ckpt.round - unevaluated,
+                                          lambda r: _checkpointed_record(ckpt_dir, r))
             persist("metrics.jsonl")
             start = ckpt.round + 1
-            print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}); "
-                  f"{len(records)} rounds of metrics kept", flush=True)
+            print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}"
+                  f"{', its evaluation redone' if unevaluated else ''}); {len(records)} rounds of metrics kept",
+                  flush=True)
+            if unevaluated:
+                start = ckpt.round
+                pending = (ckpt.state["record"], global_adapter, ckpt.client_states() if f.decentralized else None)
         logger = RunLogger(run_dir, cfg.logger, f.tau, user_cfg.to_dict(), records)
         plot_path = run_dir / "progress.png"
+        inround = None if f.decentralized else InRoundCheckpoints(ckpt_dir, cfg.checkpoint.every_steps, persist, run)
+        if f.decentralized and cfg.checkpoint.every_steps:
+            print("checkpoint.every_steps: decentralized methods checkpoint after every round only", flush=True)
         for r in range(start, f.rounds + 1):
-            for attempt in range(ft.max_round_retries + 1):
+            t_round = time.perf_counter()
+            if pending is not None:  # committed before the driver died evaluating it: only the evaluation is left
+                (record, new_global, new_states), pending, attempt = pending, None, 0
+                fed.take_timing()
+                fed.calls_s = 0.0
+            else:
+                for attempt in range(ft.max_round_retries + 1):
+                    t_round = time.perf_counter()
+                    try:
+                        if f.decentralized:
+                            record, new_global, new_states = run_gossip_round(fed, cfg, r, t0)
+                        else:
+                            (record, new_global), new_states = run_round(fed, cfg, r, global_adapter, t0, inround), None
+                        break
+                    except ActorLost as e:
+                        _retry_or_raise(r, attempt, ft.max_round_retries, e, "redo round {r} from its last checkpoint")
+                        print(f"round {r}: clients back in {fed.recover(global_adapter, states):.0f}s", flush=True)
+                record["recoveries"] = attempt
+                # the averaged adapter is committed before the evaluation: a fault there redoes only that
+                lease.check()
+                due = bool(r % cfg.eval_every == 0 or r == f.rounds)
+                save_checkpoint(ckpt_dir, r, new_global, lora_config,
+                                {**fixed, "record": record, "evaluated": not due}, clients=new_states)
+                persist(f"checkpoints/{round_dir(ckpt_dir, r).name}", "checkpoints/LATEST")
+                if inround is not None:
+                    inround.clear()
+            global_adapter, states = new_global, new_states
+            for attempt_eval in range(ft.max_round_retries + 1):
                 try:
-                    if f.decentralized:
-                        record, new_global, new_states = run_gossip_round(fed, cfg, r, t0)
-                    else:
-                        (record, new_global), new_states = run_round(fed, cfg, r, global_adapter, t0), None
+                    record.update(evaluate_round(fed, cfg, r, global_adapter, states))
                     break
                 except ActorLost as e:
-                    if attempt == ft.max_round_retries:
-                        raise RuntimeError(f"round {r} failed {attempt + 1} times "
-                                           f"(fault_tolerance.max_round_retries={ft.max_round_retries})") from e
-                    print(f"round {r}: an actor died or hung ({e}); restarting the clients to redo round {r} from its "
-                          f"start (retry {attempt + 1}/{ft.max_round_retries})", flush=True)
+                    _retry_or_raise(r, attempt_eval, ft.max_round_retries, e, "evaluate round {r} again")
                     print(f"round {r}: clients back in {fed.recover(global_adapter, states):.0f}s", flush=True)
-            record["recoveries"] = attempt
-            global_adapter, states = new_global, new_states
+            record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
             # the log line first, then the commit: a crash in between leaves a line the resume drops
             lease.check()
             metrics_log.append_record(metrics_path, record)
             persist("metrics.jsonl")
             lease.check()
-            save_checkpoint(ckpt_dir, r, global_adapter, lora_config, {**fixed, "record": record}, clients=states)
-            persist(f"checkpoints/{round_dir(ckpt_dir, r).name}", "checkpoints/LATEST")
+            update_state(round_dir(ckpt_dir, r), {"record": record, "evaluated": True})
+            persist(f"checkpoints/{round_dir(ckpt_dir, r).name}/state.json")
             records.append(record)
             gone = prune(ckpt_dir, cfg.checkpoint.keep_last, {_best_round(records)})
             lease.check()
@@ -458,6 +529,13 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
               f"{'a significant rise (>= 2 SE)' if summary['change'] >= 2 * summary['change_se'] else 'within noise (< 2 SE)'}",
               flush=True)
     return summary
+
+
+def _retry_or_raise(r: int, attempt: int, retries: int, e: BaseException, what: str) -> None:
+    if attempt == retries:
+        raise RuntimeError(f"round {r} failed {attempt + 1} times (fault_tolerance.max_round_retries={retries})") from e
+    print(f"round {r}: an actor died or hung ({e}); restarting the clients to {what.format(r=r)} "
+          f"(retry {attempt + 1}/{retries})", flush=True)
 
 
 def _best_round(records: list[dict]) -> int:

@@ -190,6 +190,13 @@ def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mappin
     return final
 
 
+def update_state(path: Path, changes: Mapping[str, Any]) -> None:
+    """Replace fields of a committed checkpoint's state.json atomically (its weights stay as they are):
+    the round's record once its evaluation is done."""
+    state = json.loads((Path(path) / STATE_NAME).read_text())
+    write_text_atomic(Path(path) / STATE_NAME, json.dumps({**state, **changes}, indent=1))
+
+
 def verify(path: Path) -> tuple[dict[str, Any] | None, str]:
     """(state, "") if the checkpoint folder is complete and intact, else (None, why not)."""
     try:

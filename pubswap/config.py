@@ -256,6 +256,9 @@ class CheckpointConfig:
     # per-round checkpoints kept besides round 0 (the base model) and the best-evaluated round; older ones
     # are deleted after each commit (locally and in an object-store run_dir). 0 keeps every round.
     keep_last: int = 3
+    # in-round checkpoints of a federated round every this many local steps (each client's adapter and
+    # AdamW state): a preemption loses at most this many steps. 0: per round only. See README.
+    every_steps: int = 10
 
 
 @dataclass
@@ -542,6 +545,7 @@ def validate(cfg: RunConfig) -> None:
     need(ft.step_timeout_s >= 0, "fault_tolerance.step_timeout_s", "must be >= 0 (0: no timeout)")
     need(ft.lease_ttl_s >= 4, "fault_tolerance.lease_ttl_s", "must be >= 4 (seconds; the heartbeat is every ttl/4)")
     need(cfg.checkpoint.keep_last >= 0, "checkpoint.keep_last", "must be >= 0 (0 keeps every round)")
+    need(cfg.checkpoint.every_steps >= 0, "checkpoint.every_steps", "must be >= 0 (0: checkpoints per round only)")
 
 
 # ---------------------------------------------------------------------------------------------

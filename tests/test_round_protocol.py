@@ -36,16 +36,20 @@ def check_time_accounting(record: dict, measured_s: float) -> None:
 def test_round_protocol(method, local_ray, digit_model_dir, tmp_path, monkeypatch):
     import jobs.train as driver
 
-    measured = []
-    real_round = driver.run_round
+    measured, started = [], []
+    real_round, real_eval = driver.run_round, driver.evaluate_round
 
-    def timed_round(*args, **kwargs):  # the round's wall time, from outside run_round
-        t = time.perf_counter()
-        out = real_round(*args, **kwargs)
-        measured.append(time.perf_counter() - t)
+    def timed_round(*args, **kwargs):  # the round's wall time, from outside: run_round's start ...
+        started.append(time.perf_counter())
+        return real_round(*args, **kwargs)
+
+    def timed_eval(*args, **kwargs):  # ... to the end of its evaluation (after the commit of the average)
+        out = real_eval(*args, **kwargs)
+        measured.append(time.perf_counter() - started[-1])
         return out
 
     monkeypatch.setattr(driver, "run_round", timed_round)
+    monkeypatch.setattr(driver, "evaluate_round", timed_eval)
     cfg = tiny_config(digit_model_dir, tmp_path / method, f"federation.method={method}", "federation.fedprox_mu=0.5",
                       "model.max_response_len=1")
     summary = train(cfg)
