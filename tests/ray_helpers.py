@@ -142,3 +142,42 @@ def run_processes() -> dict[int, str]:
         if state != "Z" and any(name in cmd for name in RUN_PROCESSES):
             out[int(pid)] = cmd
     return out
+
+
+def kill_cluster_when(proc: subprocess.Popen, marker: str, timeout_s: float = 30.0) -> list[int]:
+    """Read the driver's stdout until a line contains `marker`, then SIGKILL the driver and every process
+    descended from it (its whole local Ray cluster) at once, from outside, and wait until none is left;
+    returns the killed pids. Fails with the driver's output if the marker never comes."""
+    import signal
+    import time
+
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if marker in line:
+                break
+        tree = process_tree(proc.pid)
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=timeout_s)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, "".join(seen)[-2000:]
+    deadline = time.monotonic() + timeout_s
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    while any(alive(p) for p in tree):
+        assert time.monotonic() < deadline, f"processes of the killed cluster still alive: {[p for p in tree if alive(p)]}"
+        time.sleep(0.5)
+    return tree

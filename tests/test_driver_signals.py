@@ -81,7 +81,7 @@ def test_a_signal_that_lands_inside_rays_c_code_still_stops_cleanly(monkeypatch,
     moment, Python reports a SystemError caused by it. main() must still exit 128 + 15 with its line."""
     import jobs.train as driver
 
-    def train(cfg, handle_signals=False):
+    def train(cfg, handle_signals=False, start_over=False):
         try:
             raise driver.Stopped(signal.SIGTERM)
         except driver.Stopped as stop:
@@ -94,7 +94,7 @@ def test_a_signal_that_lands_inside_rays_c_code_still_stops_cleanly(monkeypatch,
     assert driver.main(["--config", str(config)]) == 128 + signal.SIGTERM
     assert "stopped by SIGTERM" in capsys.readouterr().err
 
-    def broken(cfg, handle_signals=False):
+    def broken(cfg, handle_signals=False, start_over=False):
         raise SystemError("a real one")
 
     monkeypatch.setattr(driver, "train", broken)

@@ -3,15 +3,12 @@ the driver and every Ray process of the cluster are SIGKILLed from outside after
 folder of the run is deleted, and the same command on a fresh Ray resumes from the store to an adapter
 bitwise equal to an uninterrupted run's."""
 
-import os
 import shutil
-import signal
-import time
 import uuid
 
 from pubswap.checkpoint import list_rounds
 from pubswap.storage import RunMirror
-from ray_helpers import final_sha, ft_config, metrics, process_tree, run_driver, start_driver
+from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_driver
 
 
 def test_whole_cluster_preemption_resumes_from_object_storage_bitwise(s3_server, ft_reference, digit_model_dir, tmp_path):
@@ -19,28 +16,8 @@ def test_whole_cluster_preemption_resumes_from_object_storage_bitwise(s3_server,
     cfg = ft_config(digit_model_dir, uri, "checkpoint.keep_last=1")
     node1, node2 = tmp_path / "node1", tmp_path / "node2"
     proc = start_driver(cfg, config_path=tmp_path / "run.yaml", env_extra={**s3_server, "PUBSWAP_SCRATCH": str(node1)})
-    seen = []
-    try:
-        for line in proc.stdout:
-            seen.append(line)
-            if "checkpoint round_0001" in line:  # printed once round 1 is committed and pushed
-                break
-        tree = process_tree(proc.pid)
-        assert len(tree) > 3, "the driver's local Ray (GCS, raylet, workers) should be running"
-        for pid in tree:  # the whole cluster at once: driver, GCS, raylet, actors
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == -signal.SIGKILL, "".join(seen)[-2000:]
-    deadline = time.monotonic() + 30
-    while any(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in tree):
-        assert time.monotonic() < deadline, "a process of the killed cluster is still alive"
-        time.sleep(0.5)
+    tree = kill_cluster_when(proc, "checkpoint round_0001")  # printed once round 1 is committed and pushed
+    assert len(tree) > 3, "the driver's local Ray (GCS, raylet, workers) should have been running"
     shutil.rmtree(node1)  # every local file of the run is gone with the nodes
 
     done = run_driver(cfg, config_path=tmp_path / "run.yaml", env_extra={**s3_server, "PUBSWAP_SCRATCH": str(node2)})
