@@ -28,10 +28,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
 
-# the heavy fault drills CI leaves out for time (~10 min): a hung client and a dead vLLM engine, a SIGKILLed
-# driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill phases, a plain
-# `ray job submit` run, full-parameter CHOCO and SeedFlood clients killed while gossiping, a client killed
-# while uploading to the server, a truncated newest checkpoint, the supervisor resubmitting a killed driver
+# the slowest fault drills alone (they are part of `make test` too): a hung client and a dead vLLM engine,
+# a SIGKILLed driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill
+# phases, a plain `ray job submit` run, full-parameter CHOCO and SeedFlood clients killed while gossiping,
+# a client killed while uploading to the server, a truncated newest checkpoint, the supervisor
+# resubmitting a killed driver
 test-heavy: $(STAMP)
 	$(VPY) -m pytest -q tests -m heavy
 

@@ -75,10 +75,19 @@ def test_flexlora_with_per_client_ranks_through_ray(local_ray, digit_model_dir, 
     assert any(g2[k][4:].abs().sum() > 0 for k in g2 if "lora_A" in k)  # the server's global uses all 8
 
 
-@pytest.mark.heavy  # ~29 s; CI restarts killed clients in test_fault_tolerance.py and test_decentralized_ray.py
-def test_a_client_killed_while_uploading_to_the_server_is_restarted_bitwise(local_ray, digit_model_dir, tmp_path):
+@pytest.fixture
+def fedsrd_sha(local_ray, digit_model_dir, tmp_path):
+    """The final adapter's sha of an uninterrupted FedSRD run: the one test_strategy_runs_two_rounds_through_ray
+    made, or a new one when that test did not run (`-m heavy`, `-k`)."""
     if "fedsrd" not in SHAS:
-        pytest.skip("needs the uninterrupted fedsrd run of test_strategy_runs_two_rounds_through_ray")
+        cfg = ft_config(digit_model_dir, tmp_path / "reference", "federation.aggregation=fedsrd")
+        train(cfg)
+        SHAS["fedsrd"] = final_sha(cfg.run_dir)
+    return SHAS["fedsrd"]
+
+
+@pytest.mark.heavy  # ~29 s
+def test_a_client_killed_while_uploading_to_the_server_is_restarted_bitwise(fedsrd_sha, digit_model_dir, tmp_path):
     cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.aggregation=fedsrd")
     fault = tmp_path / "fault.json"
     fault.write_text(json.dumps({"who": "client", "client": 1, "round": 2, "step": 0, "phase": "average"}))
@@ -86,4 +95,4 @@ def test_a_client_killed_while_uploading_to_the_server_is_restarted_bitwise(loca
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "fault.json.fired").exists()
     assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [0, 1]
-    assert final_sha(cfg.run_dir) == SHAS["fedsrd"]
+    assert final_sha(cfg.run_dir) == fedsrd_sha
