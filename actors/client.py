@@ -482,6 +482,12 @@ class ClientActor(ClientCore):
         col.init_collective_group(world_size, rank, backend=backend, group_name=group_name)
         self._group = group_name
         self._flat_device = tensor_device(backend)
+        # a warm-up allreduce: a backend that cannot run here fails when the group forms, not after a round
+        ones = torch.ones(1, device=self._flat_device)
+        col.allreduce(ones, group_name=group_name)
+        if ones.item() != world_size:
+            raise RuntimeError(f"the {backend} group's warm-up allreduce of ones over {world_size} actors gave "
+                               f"{ones.item()}")
 
     @timed_call
     def allreduce_average(self, weights: Mapping[int, float], round_idx: int = 0) -> dict:

@@ -24,7 +24,7 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostErr
 from ray.util.placement_group import remove_placement_group
 
 from actors.client import ClientActor
-from actors.collective import check_backend_deps, choose_backend
+from actors.collective import CollectiveSetupError, check_backend_deps, choose_backend
 from actors.server import ServerActor
 from placement import assign_clients, bundle_strategy, client_bundles, cluster_has_gpus, reserve
 from placement.probe import probe_bundles
@@ -172,7 +172,27 @@ class Federation:
         ray.get(self.server.test_shards.remote(1), timeout=timeout)
         self.group = f"clients-{uuid.uuid4().hex[:8]}"
         n = len(self.actors)
-        gather([a.init_collective.remote(n, i, self.backend, self.group) for i, a in enumerate(self.actors)])
+        try:
+            gather([a.init_collective.remote(n, i, self.backend, self.group) for i, a in enumerate(self.actors)])
+        except ACTOR_FAILURES:
+            raise
+        except Exception as e:  # the group formed but cannot reduce (e.g. NCCL with two ranks on one card)
+            if old_pids:
+                raise
+            raise CollectiveSetupError(f"the {self.backend} collective group of {n} client actors does not work: "
+                                       f"{str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+                                       ) from e
+
+    def verify_incarnations(self) -> None:
+        """Raise ActorLost if a client actor was restarted since the driver last gave it its state (a
+        different process answers): a restarted actor holds its initial state, not the round's, whether
+        the restart happened inside a call or between calls (an idle non-participant, a node lost while
+        the driver committed). Called before every step, before the average and before each commit."""
+        now = [pid for _, pid in self._call([a.ping.remote() for a in self.actors])]
+        changed = [i for i, (old, new) in enumerate(zip(self.pids, now)) if old != new]
+        if changed:
+            raise ActorLost(f"client actors {changed} were restarted since they were given their state "
+                            f"(pids {[self.pids[i] for i in changed]} -> {[now[i] for i in changed]})")
 
     def _call(self, refs: Sequence[ray.ObjectRef]) -> list:
         t = time.perf_counter()

@@ -26,6 +26,7 @@ def _probe() -> dict:
         report["cuda_error"] = f"{type(e).__name__}: {e}"
     try:
         importlib.import_module("cupy")
+        importlib.import_module("cupy.cuda.nccl")  # Ray's NCCL backend needs cupy's NCCL bindings, not just cupy
         report["cupy"] = True
     except Exception as e:
         report["cupy_error"] = f"{type(e).__name__}: {e}"

@@ -530,6 +530,10 @@ def validate(cfg: RunConfig) -> None:
          f"must be 'gloo' or 'nccl', got {res.collective_backend!r}")
     need(res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client > 0,
          "resources.collective_backend", "nccl needs GPUs (resources.gpus_per_client > 0); use gloo on CPUs")
+    need(res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client >= 1,
+         "resources.collective_backend", f"nccl cannot place two ranks on one GPU, and gpus_per_client="
+         f"{res.gpus_per_client:g} shares a card between client actors; use gloo, or gpus_per_client >= 1"
+         if res.gpus_per_client is not None else "")
     need(cfg.eval_every >= 1, "eval_every", "must be >= 1")
     need(cfg.eval_n >= 1, "eval_n", "must be >= 1")
     unknown = [x for x in cfg.logger if x not in LOGGERS]

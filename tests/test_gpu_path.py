@@ -150,11 +150,14 @@ def fake_gpu_head():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-@pytest.mark.parametrize("backend,expected", [
-    ("nccl", "cannot start: resources.collective_backend=nccl needs cupy on every GPU node"),
-    ("gloo", "cannot start: resources.gpus_per_client=0.5, but torch on node"),
+@pytest.mark.parametrize("backend,gpus,actors,expected", [
+    ("nccl", 1, 1, "cannot start: resources.collective_backend=nccl needs cupy on every GPU node"),
+    # NCCL refuses two ranks on one device, but only at the first allreduce: refused before anything starts
+    ("nccl", 0.5, 0, "config error: resources.collective_backend: nccl cannot place two ranks on one GPU"),
+    ("gloo", 0.5, 0, "cannot start: resources.gpus_per_client=0.5, but torch on node"),
 ])
-def test_a_gpu_run_that_cannot_start_says_why_in_one_line(fake_gpu_head, tiny_model_dir, tmp_path, backend, expected):
+def test_a_gpu_run_that_cannot_start_says_why_in_one_line(fake_gpu_head, tiny_model_dir, tmp_path, backend, gpus,
+                                                          actors, expected):
     run_dir = tmp_path / "run"
     env = {**os.environ, "RAY_ADDRESS": fake_gpu_head, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
@@ -162,10 +165,11 @@ def test_a_gpu_run_that_cannot_start_says_why_in_one_line(fake_gpu_head, tiny_mo
          "model.max_prompt_len=256", "model.max_response_len=4", "lora.r=8", "lora.alpha=16", "grpo.K=2", "grpo.b=1",
          "federation.num_clients=2", "federation.rounds=1", "federation.tau=3", "data.tasks=[chain_sum]",
          "data.per_client=4", "data.public_size=2", "data.test_size=2", "rollout.backend=hf",
-         "resources.gpus_per_client=0.5", "resources.cpus_per_client=0.5", f"resources.collective_backend={backend}",
-         f"run_dir={run_dir}"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+         f"resources.gpus_per_client={gpus}", f"resources.num_actors={actors}", "resources.cpus_per_client=0.5",
+         f"resources.collective_backend={backend}", f"run_dir={run_dir}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("cannot start")]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith(("cannot start", "config error"))]
     assert len(errors) == 1 and errors[0].startswith(expected), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert not (run_dir / "checkpoints").exists()
