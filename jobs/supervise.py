@@ -24,8 +24,9 @@ import yaml
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 # driver exit codes (jobs/train.py) that another attempt cannot fix
-FINAL_EXIT_CODES = {2: "bad config, data or model, a run_dir that cannot be resumed, or run_dir in use by a "
-                       "live driver",
+# 5 (run_dir busy: another live driver holds its lease) is retried: it is often the previous attempt's
+# driver, still being killed, and each attempt first waits the lease's ttl for it to exit
+FINAL_EXIT_CODES = {2: "bad config, data or model, or a run_dir that cannot be resumed",
                     3: "another driver took over run_dir",
                     4: "the run's storage is full: free space, then resubmit"}
 START_OVER = "--start-over"

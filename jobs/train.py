@@ -52,6 +52,7 @@ from pubswap.storage import StorageError, is_uri, open_run
 # what a run writes into run_dir (besides LEASE): removed by --start-over, mirrored to a URI run_dir
 RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "summary.json", "progress.png", "config.json")
 EXIT_STORAGE_FULL = 4  # jobs.supervise does not resubmit it: the next attempt would fail the same way
+EXIT_RUN_DIR_BUSY = 5  # another live driver holds run_dir's lease (after waiting for a dying one)
 
 
 def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
@@ -168,15 +169,20 @@ def run_round(fed, cfg: RunConfig, r: int, start: Adapter, t0: float,
         bar.update(first - 1)
         for s in range(first, f.tau + 1):
             maybe_crash("driver", r, s, "step")
+            fed.verify_incarnations()
             out = fed.public_step(r, s, parts) if f.is_public_step(s) else fed.private_step(r, s, parts)
             steps.append(out)
             bar.write(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0))
             if inround is not None and inround.due(s, f.tau):
-                inround.save(r, s, steps, fed.train_states(parts))
+                states = fed.train_states(parts)
+                fed.verify_incarnations()  # states of a restarted actor would be its initial ones
+                inround.save(r, s, steps, states)
                 bar.write(f"round {r} step {s}: in-round checkpoint saved")
             sys.stdout.flush()
             bar.update()
+    fed.verify_incarnations()
     global_adapter, avg, comm = fed.average(r, parts, start)
+    fed.verify_incarnations()
     return _round_record(r, parts, steps, avg, len(fed.actors), num_bytes(start), comm), global_adapter
 
 
@@ -211,6 +217,7 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
     with progress(f.tau, f"round {r}/{f.rounds}") as bar:
         for s in range(1, f.tau + 1):
             maybe_crash("driver", r, s, "step")
+            fed.verify_incarnations()
             out = fed.private_step(r, s, parts)
             line = _step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0)
             # SeedFlood floods at the round's end too: a checkpoint then holds one model, the same on all clients
@@ -226,6 +233,7 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
             sys.stdout.flush()
             bar.update()
     states = fed.states()
+    fed.verify_incarnations()
     if seedflood:  # every client rebuilt the same bits: that model is the checkpoint, no per-client states
         import torch
 
@@ -411,6 +419,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
         stop_on_sigterm()  # again: ray.init installs Ray's own SIGTERM handler, which aborts the process
     logger: RunLogger | None = None
     fed = Federation(cfg, split, model_dir, str(run_dir))
+    print(f"client actors: {len(fed.actors)}, hosting clients {fed.assignment}, pids {fed.pids}", flush=True)
     try:
         if fed.topo is not None:
             print(fed.topo.describe(), flush=True)
@@ -489,6 +498,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             for attempt_eval in range(ft.max_round_retries + 1):
                 try:
                     record.update(evaluate_round(fed, cfg, r, global_adapter, states))
+                    fed.verify_incarnations()
                     break
                 except ActorLost as e:
                     _retry_or_raise(r, attempt_eval, ft.max_round_retries, e, "evaluate round {r} again")
@@ -642,8 +652,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot resume: {e}", file=sys.stderr)
         return 2
     except LeaseHeld as e:
-        print(f"cannot start: {e}", file=sys.stderr)
-        return 2
+        print(f"run_dir busy: {e}", file=sys.stderr)
+        return EXIT_RUN_DIR_BUSY
     except LeaseLost as e:
         print(f"stopped: {e}; this driver wrote nothing after that, and the actors were shut down", file=sys.stderr)
         return 3

@@ -60,6 +60,21 @@ def _pid_start(pid: int) -> str | None:
         return None
 
 
+def _machine() -> dict:
+    """What identifies this process's machine and pid namespace beyond the hostname, which containers of
+    one pod (and clones of one image) can share: the kernel's boot id and the pid namespace's inode."""
+    out = {}
+    try:
+        out["boot_id"] = open("/proc/sys/kernel/random/boot_id").read().strip()
+    except OSError:
+        pass
+    try:
+        out["pidns"] = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pass
+    return out
+
+
 def describe(owner: dict) -> str:
     return f"pid {owner.get('pid')} on {owner.get('host')} (since {owner.get('started', '?')})"
 
@@ -155,8 +170,9 @@ class Lease:
         self.file = _ObjectFile(store) if store is not None else _LocalFile(run_dir)
         self.ttl_s = ttl_s
         pid = os.getpid()
-        self.owner = {"id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": pid, "pid_start": _pid_start(pid),
-                      "started": time.strftime("%Y-%m-%d %H:%M:%S"), "beat": 0, "time": time.time()}
+        self.owner = {"id": uuid.uuid4().hex, "host": socket.gethostname(), **_machine(), "pid": pid,
+                      "pid_start": _pid_start(pid), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "beat": 0,
+                      "time": time.time()}
         self.lost: str | None = None  # why the lease was lost (set by the heartbeat thread)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -189,11 +205,32 @@ class Lease:
             say(f"took over the lease of {where} from the dead driver {describe(owner)}")
             return self
 
+    def _same_machine(self, owner: dict) -> bool:
+        """Whether the owner's pid can be looked up here: same host name, boot and pid namespace."""
+        return (bool(owner.get("pid")) and owner.get("host") == self.owner["host"]
+                and all(k in owner and owner[k] == self.owner[k] for k in ("boot_id", "pidns") if k in self.owner))
+
+    def _pid_dead(self, owner: dict) -> bool:
+        start = _pid_start(int(owner["pid"]))
+        return start is None or (owner.get("pid_start") is not None and start != owner["pid_start"])
+
     def _owner_dead(self, owner: dict, say: Callable[[str], None]) -> bool | None:
-        """True: dead; False: alive; None: the file changed owner while we watched."""
-        if owner.get("host") == self.owner["host"] and owner.get("pid"):
-            start = _pid_start(int(owner["pid"]))
-            return start is None or (owner.get("pid_start") is not None and start != owner["pid_start"])
+        """True: dead; False: alive; None: the file changed owner while we watched. A live owner on this
+        machine gets ttl_s to exit: a resubmitted job often starts while its predecessor is being killed."""
+        if self._same_machine(owner):
+            if self._pid_dead(owner):
+                return True
+            say(f"{self.file.where} is leased by the live {describe(owner)} on this machine; waiting up to "
+                f"{self.ttl_s:.0f}s (fault_tolerance.lease_ttl_s) for it to exit")
+            deadline = time.monotonic() + self.ttl_s
+            while time.monotonic() < deadline:
+                time.sleep(min(0.5, self.ttl_s / 8))
+                now = self.file.read()
+                if now is None or now.get("id") != owner.get("id"):
+                    return None
+                if self._pid_dead(owner):
+                    return True
+            return False
         # another host (or an unreadable file): dead if the heartbeat does not move for ttl_s on our clock
         say(f"{self.file.where} is leased by {describe(owner)}; waiting up to {self.ttl_s:.0f}s "
             "(fault_tolerance.lease_ttl_s) for its heartbeat")
@@ -214,6 +251,13 @@ class Lease:
         if self.lost:
             raise LeaseLost(self.lost)
         now = self.file.read()
+        deadline = time.monotonic() + min(2.0, self.ttl_s / 4)
+        while now == {} and time.monotonic() < deadline:  # unreadable (a storage hiccup, a torn write): look again
+            time.sleep(0.2)
+            now = self.file.read()
+        if now == {}:
+            self.lost = f"the lease of {self.file.where} is unreadable, so this driver cannot tell it is still its own"
+            raise LeaseLost(self.lost)
         if not now or now.get("id") != self.owner["id"]:
             self.lost = (f"the lease of {self.file.where} was taken over by "
                          f"{describe(now) if now else 'nobody (the file is gone)'}")

@@ -26,9 +26,12 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
                 break
         started = {p: c for p, c in run_processes().items() if p not in before}
         assert any("VLLM::EngineCore" in c for c in started.values()), started
-        # a second driver on the same run_dir (a resubmitted job, a colleague) is refused: one line, exit 2
-        second = run_driver(cfg)
-        assert second.returncode == 2, second.stderr[-2000:]
+        # a second driver on the same run_dir (a resubmitted job, a colleague) waits the lease's ttl for the
+        # owner to exit (here 4 s), then is refused: one line, exit 5 (run_dir busy)
+        second = run_driver(ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm", "federation.rounds=100",
+                                      "fault_tolerance.lease_ttl_s=4"), config_path=tmp_path / "second.yaml")
+        assert second.returncode == 5, second.stderr[-2000:]
+        assert "waiting up to 4s" in second.stdout
         assert second.stderr.strip().splitlines() == [second.stderr.strip()]
         assert f"in use by a live driver, pid {driver.pid} on " in second.stderr
         driver.send_signal(signal.SIGTERM)

@@ -91,3 +91,38 @@ def test_a_driver_whose_lease_was_taken_over_learns_it_before_writing(tmp_path):
     assert lost.wait(3)  # the heartbeat noticed too, within ttl/4
     lease.release()
     assert read_owner(tmp_path / LEASE_NAME)["host"] == "another-node"  # not removed: not ours
+
+
+def test_a_live_owner_on_this_machine_that_exits_within_the_ttl_is_taken_over(tmp_path, holder):
+    """A resubmitted job often starts while its predecessor's driver is still being killed: it waits."""
+    threading.Timer(1.0, os.kill, (holder.pid, signal.SIGKILL)).start()
+    said = []
+    t = time.monotonic()
+    Lease(tmp_path, ttl_s=8).acquire(say=said.append).release()
+    assert 1.0 <= time.monotonic() - t < 8
+    assert "waiting up to 8s" in said[0] and f"dead driver pid {holder.pid}" in said[-1]
+
+
+def test_the_same_hostname_on_another_machine_is_not_judged_by_its_pid(tmp_path):
+    """Containers of one pod share a hostname: a pid there says nothing here, so the heartbeat decides."""
+    mine = Lease(tmp_path, ttl_s=4).owner
+    other = {**mine, "id": "e" * 32, "boot_id": "another-boot", "pid": os.getpid()}  # "our" pid, alive here
+    (tmp_path / LEASE_NAME).write_text(json.dumps(other))
+    said = []
+    t = time.monotonic()
+    Lease(tmp_path, ttl_s=4).acquire(say=said.append).release()  # waited out as a silent owner elsewhere
+    assert 4 <= time.monotonic() - t < 8 and "for its heartbeat" in said[0]
+
+
+def test_an_unreadable_lease_is_not_mistaken_for_a_takeover(tmp_path):
+    lease = Lease(tmp_path, ttl_s=8).acquire()
+    path = tmp_path / LEASE_NAME
+    ours = path.read_text()
+    path.write_text('{"id": "tor')  # a torn write, repaired within the check's patience
+    threading.Timer(0.5, path.write_text, (ours,)).start()
+    lease.check()
+    path.write_text("\0\0\0")  # unreadable for good
+    with pytest.raises(LeaseLost, match="unreadable"):
+        lease.check()
+    path.write_text(ours)
+    lease.release()
