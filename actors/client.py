@@ -425,6 +425,7 @@ class ClientCore(GossipPeer):
         if not rows:
             return {"rewards": [], "in_format": []}
         client = self.clients[self.ids[0]]
+        maybe_crash("client", round_idx, 0, "evaluate", client.id)
         own, target = client.adapter, (self.global_adapter if adapter is None else adapter)
         if own is not target:  # a client of lower rank, or a decentralized client: serve `target` meanwhile
             client.adapter = target

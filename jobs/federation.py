@@ -169,7 +169,15 @@ class Federation:
                                        "dashboard or `ray status`")
                 time.sleep(0.2)
         self.pids = pids
-        ray.get(self.server.test_shards.remote(1), timeout=timeout)
+        while True:  # the server too (restarted with the clients in a recovery)
+            try:
+                ray.get(self.server.test_shards.remote(1), timeout=max(1.0, deadline - time.monotonic()))
+                break
+            except (ActorUnavailableError, GetTimeoutError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the server actor did not come up within {timeout:.0f}s "
+                                       "(fault_tolerance.restart_timeout_s)") from None
+                time.sleep(0.2)
         self.group = f"clients-{uuid.uuid4().hex[:8]}"
         n = len(self.actors)
         try:
@@ -211,13 +219,17 @@ class Federation:
         """Each client actor's seconds per phase since the last take (pubswap/timing.py)."""
         return self._call([a.take_timing.remote() for a in self.actors])
 
-    def recover(self, global_adapter: Adapter, states: dict | None = None) -> float:
-        """Restart every client actor, re-form the collective group, load `global_adapter` (and, for the
-        decentralized methods, every client's own round-start `states`); returns seconds."""
+    def recover(self, global_adapter: Adapter, states: dict | None = None, restart: bool = True) -> float:
+        """Restart every client actor and the server, re-form the collective group, load `global_adapter`
+        (and, for the decentralized methods, every client's own round-start `states`); returns seconds.
+        The server is restarted too: a hung one (stopped, deadlocked) would otherwise hang the redo, and
+        it holds nothing a restart loses (its public and test rows are its constructor's arguments).
+        `restart=False` only loads the state (a resume's first step)."""
         t = time.perf_counter()
-        for a in self.actors:
-            ray.kill(a, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
-        self._connect(old_pids=self.pids)
+        if restart:
+            for a in [*self.actors, self.server]:
+                ray.kill(a, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
+            self._connect(old_pids=self.pids)
         self.set_global(global_adapter)
         if states is not None:
             self.load_states(states)

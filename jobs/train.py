@@ -406,7 +406,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
     def persist(*rels: str) -> None:
         lease.check()
         run.push(rels)
-    from jobs.federation import ActorLost, Federation
+    from jobs.federation import Federation
 
     f, ft = cfg.federation, cfg.fault_tolerance
     ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
@@ -428,10 +428,11 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
         pending = None  # (record, adapter, states) of a round committed but not yet evaluated
         if ckpt is None:
             global_adapter = fed.initial_adapter()
-            fed.set_global(global_adapter)
             if f.decentralized:
                 states = initial_states(global_adapter, f.num_clients)
-            base = fed.evaluate(0)
+            base, _ = with_recovery("start", "evaluate the base model again", ft.max_round_retries,
+                                    lambda: (fed.set_global(global_adapter), fed.evaluate(0))[1],
+                                    lambda: fed.recover(global_adapter, states))
             print(f"base model {base.line()} ({time.perf_counter() - t0:.0f}s)", flush=True)
             fixed = {"config": user_cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base.pass_at_1,
                      "base_eval": eval_record(base)}
@@ -443,10 +444,11 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             records, start = [], 1
         else:
             global_adapter = ckpt.adapter()
-            fed.set_global(global_adapter)
             if f.decentralized:
                 states = ckpt.client_states() or initial_states(global_adapter, f.num_clients)
-                fed.load_states(states)
+            with_recovery("resume", "load the checkpoint again", ft.max_round_retries,
+                          lambda: fed.recover(global_adapter, states, restart=False),
+                          lambda: fed.recover(global_adapter, states))
             fixed = {"config": user_cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
                      "base_eval": _base_eval(ckpt.state)}
             lease.check()
@@ -474,17 +476,16 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                 fed.take_timing()
                 fed.calls_s = 0.0
             else:
-                for attempt in range(ft.max_round_retries + 1):
+                def body():
+                    nonlocal t_round
                     t_round = time.perf_counter()
-                    try:
-                        if f.decentralized:
-                            record, new_global, new_states = run_gossip_round(fed, cfg, r, t0)
-                        else:
-                            (record, new_global), new_states = run_round(fed, cfg, r, global_adapter, t0, inround), None
-                        break
-                    except ActorLost as e:
-                        _retry_or_raise(r, attempt, ft.max_round_retries, e, "redo round {r} from its last checkpoint")
-                        print(f"round {r}: clients back in {fed.recover(global_adapter, states):.0f}s", flush=True)
+                    if f.decentralized:
+                        return run_gossip_round(fed, cfg, r, t0)
+                    return (*run_round(fed, cfg, r, global_adapter, t0, inround), None)
+
+                (record, new_global, new_states), attempt = with_recovery(
+                    f"round {r}", f"redo round {r} from its last checkpoint", ft.max_round_retries, body,
+                    lambda: fed.recover(global_adapter, states))
                 record["recoveries"] = attempt
                 # the averaged adapter is committed before the evaluation: a fault there redoes only that
                 lease.check()
@@ -495,14 +496,15 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                 if inround is not None:
                     inround.clear()
             global_adapter, states = new_global, new_states
-            for attempt_eval in range(ft.max_round_retries + 1):
-                try:
-                    record.update(evaluate_round(fed, cfg, r, global_adapter, states))
-                    fed.verify_incarnations()
-                    break
-                except ActorLost as e:
-                    _retry_or_raise(r, attempt_eval, ft.max_round_retries, e, "evaluate round {r} again")
-                    print(f"round {r}: clients back in {fed.recover(global_adapter, states):.0f}s", flush=True)
+
+            def evaluate():
+                out = evaluate_round(fed, cfg, r, global_adapter, states)
+                fed.verify_incarnations()
+                return out
+
+            evaluation, _ = with_recovery(f"round {r}", f"evaluate round {r} again (its average is committed)",
+                                          ft.max_round_retries, evaluate, lambda: fed.recover(global_adapter, states))
+            record.update(evaluation)
             record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
             # the log line first, then the commit: a crash in between leaves a line the resume drops
             lease.check()
@@ -541,11 +543,31 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
     return summary
 
 
-def _retry_or_raise(r: int, attempt: int, retries: int, e: BaseException, what: str) -> None:
-    if attempt == retries:
-        raise RuntimeError(f"round {r} failed {attempt + 1} times (fault_tolerance.max_round_retries={retries})") from e
-    print(f"round {r}: an actor died or hung ({e}); restarting the clients to {what.format(r=r)} "
-          f"(retry {attempt + 1}/{retries})", flush=True)
+def with_recovery(label: str, what: str, retries: int, body, restore):
+    """body() until it returns, restoring the clients with restore() (Federation.recover: restart every
+    client actor and the server, reload the state the body starts from) after a lost or hung actor. A
+    fault during the restore counts as another attempt; at most `retries` restores in all. Returns
+    (body's result, the number of restores)."""
+    from jobs.federation import ActorLost
+
+    restores = 0
+    while True:
+        try:
+            return body(), restores
+        except ActorLost as e:
+            err = e
+        while True:
+            if restores == retries:
+                raise RuntimeError(f"{label} failed {restores + 1} times "
+                                   f"(fault_tolerance.max_round_retries={retries})") from err
+            restores += 1
+            print(f"{label}: an actor died or hung ({err}); restarting the clients to {what} "
+                  f"(retry {restores}/{retries})", flush=True)
+            try:
+                print(f"{label}: clients back in {restore():.0f}s", flush=True)
+                break
+            except ActorLost as e:
+                err = e
 
 
 def _best_round(records: list[dict]) -> int:

@@ -10,7 +10,8 @@ restarted process or a resubmitted driver runs on). A spec names:
 Client phases: "private_train" (private step: responses generated, before training), "public_answer"
 (public responses generated, before they reach the server), "public_train" (before training on the
 swapped group), "average" (before the allreduce; step is ignored), "gossip" (a decentralized client,
-before it puts its gossip message of that step). Driver phase: "step" (before the
+before it puts its gossip message of that step), "evaluate" (an actor evaluating, named by its first
+client; step 0; round 0 is the base model's evaluation). Driver phase: "step" (before the
 step's work is sent to the clients).
 
 With no PUBSWAP_FAULT_FILE (the normal case) `maybe_crash` is a dictionary lookup.
@@ -23,7 +24,8 @@ import os
 import signal
 
 ENV = "PUBSWAP_FAULT_FILE"
-PHASES = {"client": ("private_train", "public_answer", "public_train", "average", "gossip"), "driver": ("step",)}
+PHASES = {"client": ("private_train", "public_answer", "public_train", "average", "gossip", "evaluate"),
+          "driver": ("step",)}
 
 
 def maybe_crash(who: str, round_idx: int, step: int, phase: str, client: int | None = None) -> None:
