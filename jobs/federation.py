@@ -110,6 +110,7 @@ class Federation:
                 # memory while it profiles, and a neighbour loading at the same time would skew that
                 gather([self.actors[-1].ping.remote()])
         self.pids: list[int] = []
+        self.seen_pids: set[int] = set()  # every client actor process seen: none of them may pass as restarted
         self.calls_s = 0.0  # wall time of the driver's blocking calls (time accounting)
         self._connect()
         self.strategy = make_strategy(f)
@@ -169,6 +170,7 @@ class Federation:
                                        "dashboard or `ray status`")
                 time.sleep(0.2)
         self.pids = pids
+        self.seen_pids.update(pids)
         while True:  # the server too (restarted with the clients in a recovery)
             try:
                 ray.get(self.server.test_shards.remote(1), timeout=max(1.0, deadline - time.monotonic()))
@@ -197,6 +199,7 @@ class Federation:
         the restart happened inside a call or between calls (an idle non-participant, a node lost while
         the driver committed). Called before every step, before the average and before each commit."""
         now = [pid for _, pid in self._call([a.ping.remote() for a in self.actors])]
+        self.seen_pids.update(now)
         changed = [i for i, (old, new) in enumerate(zip(self.pids, now)) if old != new]
         if changed:
             raise ActorLost(f"client actors {changed} were restarted since they were given their state "
@@ -229,7 +232,9 @@ class Federation:
         if restart:
             for a in [*self.actors, self.server]:
                 ray.kill(a, no_restart=False)  # a dead one is restarting already; survivors may sit in a collective
-            self._connect(old_pids=self.pids)
+            # not just the pids the state was given to: an actor restarted between calls answers from a pid
+            # verify_incarnations saw, and that process is being killed now too
+            self._connect(old_pids=self.seen_pids | set(self.pids))
         self.set_global(global_adapter)
         if states is not None:
             self.load_states(states)
