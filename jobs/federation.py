@@ -218,6 +218,12 @@ class Federation:
         finally:
             self.calls_s += time.perf_counter() - t  # the driver's time spent waiting on actors
 
+    def restart_timing(self) -> None:
+        """Start the actors' phase timers and the driver's call time afresh (what came before is not the
+        work about to be measured: set_global, a recovery)."""
+        self.take_timing()
+        self.calls_s = 0.0
+
     def take_timing(self) -> list[dict[str, float]]:
         """Each client actor's seconds per phase since the last take (pubswap/timing.py)."""
         return self._call([a.take_timing.remote() for a in self.actors])

@@ -156,8 +156,7 @@ def run_round(fed, cfg: RunConfig, r: int, start: Adapter, t0: float,
     and the round continues after its step; one is saved every `checkpoint.every_steps` steps.
     """
     f = cfg.federation
-    fed.take_timing()  # start the actors' phase timers afresh (set_global, recovery: not this round's)
-    fed.calls_s = 0.0
+    fed.restart_timing()  # set_global, recovery: not this round's
     parts = fed.participants(r)
     steps, first = [], 1
     saved = inround.load(r) if inround is not None else None
@@ -208,8 +207,7 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
     after every `gossip_every` of them (the evaluation follows the commit, in the driver). Returns the
     record, the average (the checkpoint's adapter) and every client's state (its own tensors)."""
     f = cfg.federation
-    fed.take_timing()
-    fed.calls_s = 0.0
+    fed.restart_timing()
     parts = list(range(f.num_clients))
     seedflood = f.gossip_rule == "seedflood"
     fed.start_round()
@@ -375,8 +373,7 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
         lease.start_heartbeat(on_lost=on_lost)
         write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
         run.push(["config.json"])
-        return _train_rounds(run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, user_cfg=cfg,
-                             run=run)
+        return _train_rounds(run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, run, user_cfg=cfg)
     finally:
         lease.release()
 
@@ -396,12 +393,11 @@ def _erase_run(run_dir: Path, run) -> None:
 
 
 def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir: Path, ckpt: Checkpoint | None,
-                  lease: Lease, handle_signals: bool, t0: float, user_cfg: RunConfig | None = None, run=None) -> dict:
+                  lease: Lease, handle_signals: bool, t0: float, run, user_cfg: RunConfig | None = None) -> dict:
     """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first.
     `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record.
     `run` (pubswap.storage) persists each local commit to a URI run_dir's store."""
     user_cfg = user_cfg or cfg
-    run = run or open_run(str(run_dir))
 
     def persist(*rels: str) -> None:
         lease.check()
@@ -473,8 +469,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             t_round = time.perf_counter()
             if pending is not None:  # committed before the driver died evaluating it: only the evaluation is left
                 (record, new_global, new_states), pending, attempt = pending, None, 0
-                fed.take_timing()
-                fed.calls_s = 0.0
+                fed.restart_timing()
             else:
                 def body():
                     nonlocal t_round

@@ -222,27 +222,26 @@ class Lease:
                 return True
             say(f"{self.file.where} is leased by the live {describe(owner)} on this machine; waiting up to "
                 f"{self.ttl_s:.0f}s (fault_tolerance.lease_ttl_s) for it to exit")
-            deadline = time.monotonic() + self.ttl_s
-            while time.monotonic() < deadline:
-                time.sleep(min(0.5, self.ttl_s / 8))
-                now = self.file.read()
-                if now is None or now.get("id") != owner.get("id"):
-                    return None
-                if self._pid_dead(owner):
-                    return True
-            return False
+            return self._watch(owner, 0.5, lambda now: True if self._pid_dead(owner) else None, otherwise=False)
         # another host (or an unreadable file): dead if the heartbeat does not move for ttl_s on our clock
         say(f"{self.file.where} is leased by {describe(owner)}; waiting up to {self.ttl_s:.0f}s "
             "(fault_tolerance.lease_ttl_s) for its heartbeat")
+        return self._watch(owner, 1.0, lambda now: False if now.get("beat") != owner.get("beat") else None,
+                           otherwise=True)
+
+    def _watch(self, owner: dict, period_s: float, verdict: Callable[[dict], bool | None], otherwise: bool) -> bool | None:
+        """Re-read the lease every `period_s` (at most ttl_s / 8) for ttl_s: None as soon as it names
+        another owner, `verdict(now)` as soon as that is not None, else `otherwise`."""
         deadline = time.monotonic() + self.ttl_s
         while time.monotonic() < deadline:
-            time.sleep(min(1.0, self.ttl_s / 8))
+            time.sleep(min(period_s, self.ttl_s / 8))
             now = self.file.read()
             if now is None or now.get("id") != owner.get("id"):
                 return None
-            if now.get("beat") != owner.get("beat"):
-                return False
-        return True
+            decided = verdict(now)
+            if decided is not None:
+                return decided
+        return otherwise
 
     # -- holding it ----------------------------------------------------------------------------------
 

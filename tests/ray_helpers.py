@@ -126,20 +126,36 @@ RUN_PROCESSES = ("ray::ClientActor", "ray::ServerActor", "VLLM::EngineCore", "VL
                  "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
+def cmdline(pid: int) -> str:
+    """A process's command line ('' if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def proc_state(pid: int) -> str:
+    """A process's state letter from /proc/PID/stat ('R', 'S', 'T', 'Z', ...; 'X' if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+def alive(pid: int) -> bool:
+    return proc_state(pid) not in ("Z", "X")
+
+
 def run_processes() -> dict[int, str]:
     """pid -> command line of every process of a local Ray run (actors, engines, Ray's daemons)."""
     out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(name in cmd for name in RUN_PROCESSES):
+        cmd = cmdline(int(pid))
+        if cmd and alive(int(pid)) and any(name in cmd for name in RUN_PROCESSES):
             out[int(pid)] = cmd
     return out
 
@@ -169,14 +185,6 @@ def kill_cluster_when(proc: subprocess.Popen, marker: str, timeout_s: float = 30
             proc.kill()
     assert proc.returncode == -signal.SIGKILL, "".join(seen)[-2000:]
     deadline = time.monotonic() + timeout_s
-
-    def alive(pid: int) -> bool:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
     while any(alive(p) for p in tree):
         assert time.monotonic() < deadline, f"processes of the killed cluster still alive: {[p for p in tree if alive(p)]}"
         time.sleep(0.5)

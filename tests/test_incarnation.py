@@ -9,7 +9,7 @@ import signal
 import time
 
 from pubswap.participation import participants
-from ray_helpers import final_sha, ft_config, metrics, process_tree, run_driver, start_driver
+from ray_helpers import cmdline, final_sha, ft_config, metrics, process_tree, run_driver, start_driver
 
 # a server-path strategy: every actor applies the sparse download to the global adapter it holds, so a
 # restarted actor (holding the initial one) would silently train from a wrong global adapter
@@ -37,14 +37,6 @@ def wait_for_a_restarted_actor(tree_root: int, old: set[int], timeout_s: float =
                 pass
         time.sleep(0.5)
     raise AssertionError("no restarted client actor came up")
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def test_an_idle_non_participant_restarted_between_calls_is_recovered_bitwise(digit_model_dir, tmp_path):
