@@ -29,6 +29,7 @@ from scaling import PeakMemory  # noqa: E402
 
 from jobs.train import build_split, run_gossip_round  # noqa: E402
 from pubswap.config import load_config  # noqa: E402
+from pubswap.timing import breakdown  # noqa: E402
 
 
 def one(model_dir: Path, out: Path, n: int, topology: str, method: str, actors: int) -> dict:
@@ -51,10 +52,10 @@ def one(model_dir: Path, out: Path, n: int, topology: str, method: str, actors: 
     try:
         fed = Federation(cfg, split, str(model_dir), cfg.run_dir)
         fed.set_global(fed.initial_adapter())
-        cfg.eval_every = 10**9
         t = time.perf_counter()
-        record, _, _ = run_gossip_round(fed, cfg, 1, t)
+        record, _, _ = run_gossip_round(fed, cfg, 1, t)  # steps and gossip (no evaluation)
         round_s = time.perf_counter() - t
+        record["time"] = breakdown(fed.take_timing(), fed.calls_s, round_s)
         fed.shutdown()
     finally:
         ray.shutdown()
