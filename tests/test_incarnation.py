@@ -69,7 +69,11 @@ def test_an_idle_non_participant_restarted_between_calls_is_recovered_bitwise(di
             proc.kill()
     text = "".join(out)
     assert code == 0, text[-3000:] + proc.stderr.read()[-3000:]
-    assert killed is not None and "were restarted since they were given their state" in text, text[-3000:]
+    # the restart is noticed either by the driver's incarnation check or, when the driver's first call after
+    # the pause was queued for the old process, by Ray itself ("The actor was restarted"): never as a death
+    # inside a call, and never missed
+    assert killed is not None and ("were restarted since they were given their state" in text
+                                   or "The actor was restarted" in text), text[-3000:]
     got, ref = metrics(cfg.run_dir), metrics(reference.run_dir)
     assert [r["recoveries"] for r in got] == [1, 0]
     assert [r["pass@1"] for r in got] == [r["pass@1"] for r in ref]  # every actor evaluated the right adapter
