@@ -27,6 +27,7 @@ from pathlib import Path
 import ray
 import torch
 
+from actors.card_share import card_turn, card_uuid, wait_for_engine_share
 from actors.collective import tensor_device
 from actors.engine_watchdog import EngineWatchdog, engine_processes
 from actors.gossip_peer import GossipPeer
@@ -121,21 +122,26 @@ class ClientCore(GossipPeer):
         self.adapter_dir = private_adapter_dir(adapter_root(c.rollout.adapter_dir))
         full = c.federation.full_parameter  # dsgd, chocosgd, seedflood: every weight, no LoRA
         trainer_cls, strategy = (FullGRPOTrainer, None) if full else (LoraGRPOTrainer, make_strategy(c.federation))
-        self.trainer = trainer_cls.load(model_dir, c.lora, c.grpo, dtype=self._train_dtype(), strategy=strategy,
-                                        seed=c.seed)
-        self.tokenizer = self.trainer.tokenizer
-        r = c.rollout
-        if not torch.cuda.is_available():
-            bind_engine_cores(slot, c.resources.cpus_per_client)
-        self.engine = make_engine(r.backend, model_dir, lora_rank=c.lora.max_r,
-                                  max_model_len=c.model.max_prompt_len + c.model.max_response_len,
-                                  dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
-                                  kv_cache_gib=r.kv_cache_gib,
-                                  gpu_memory_utilization=engine_gpu_fraction or r.gpu_memory_utilization,
-                                  max_num_seqs=r.max_num_seqs or self._default_max_num_seqs(len(shards)),
-                                  max_loras=len(shards), enforce_eager=r.enforce_eager,
-                                  max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
-                                  lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.max_r, full=full)
+        # actors sharing a card load one at a time, and the engine waits for its share of the card
+        # (a restarted actor's predecessor may still hold it): actors/card_share.py
+        with card_turn(card_uuid()):
+            self.trainer = trainer_cls.load(model_dir, c.lora, c.grpo, dtype=self._train_dtype(), strategy=strategy,
+                                            seed=c.seed)
+            self.tokenizer = self.trainer.tokenizer
+            r = c.rollout
+            if not torch.cuda.is_available():
+                bind_engine_cores(slot, c.resources.cpus_per_client)
+            else:
+                wait_for_engine_share(engine_gpu_fraction or r.gpu_memory_utilization)
+            self.engine = make_engine(r.backend, model_dir, lora_rank=c.lora.max_r,
+                                      max_model_len=c.model.max_prompt_len + c.model.max_response_len,
+                                      dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
+                                      kv_cache_gib=r.kv_cache_gib,
+                                      gpu_memory_utilization=engine_gpu_fraction or r.gpu_memory_utilization,
+                                      max_num_seqs=r.max_num_seqs or self._default_max_num_seqs(len(shards)),
+                                      max_loras=len(shards), enforce_eager=r.enforce_eager,
+                                      max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
+                                      lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.max_r, full=full)
         self._engine_dtype = DTYPES[c.model.dtype]
         self.reward_fn = make_row_reward(c.data, c.seed)
         initial = self.trainer.adapter()

@@ -100,15 +100,17 @@ class Federation:
             raise
         cfg_dict = cfg.to_dict()
         self.server = ServerActor.options(num_cpus=0).remote(cfg_dict, split.public, split.test)
-        self.actors = []
-        for a, cids in enumerate(self.assignment):
-            self.actors.append(ClientActor.options(
-                num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(self.pg, a)
-            ).remote(cfg_dict, {c: split.clients[c] for c in cids}, model_dir, engine_fraction, a))
-            if 0 < gpus < 1:
-                # actors sharing a card start one after another: vLLM sizes its KV cache from the card's
-                # memory while it profiles, and a neighbour loading at the same time would skew that
-                gather([self.actors[-1].ping.remote()])
+        shards = [ray.put({c: split.clients[c] for c in cids}) for cids in self.assignment]
+
+        def new_actor(a: int):
+            # actors sharing a card take turns loading onto it, here and whenever they restart
+            # (actors/card_share.py): vLLM sizes its KV cache from the card's free memory while it profiles
+            return ClientActor.options(num_cpus=res.cpus_per_client, num_gpus=gpus,
+                                       scheduling_strategy=bundle_strategy(self.pg, a)
+                                       ).remote(cfg_dict, shards[a], model_dir, engine_fraction, a)
+
+        self._new_actor = new_actor  # a restart whose constructor failed leaves a dead actor: make it again
+        self.actors = [new_actor(a) for a in range(len(self.assignment))]
         self.pids: list[int] = []
         self.seen_pids: set[int] = set()  # every client actor process seen: none of them may pass as restarted
         self.calls_s = 0.0  # wall time of the driver's blocking calls (time accounting)
@@ -154,6 +156,7 @@ class Federation:
         timeout = self.cfg.fault_tolerance.restart_timeout_s
         deadline = time.monotonic() + timeout
         pids: list[int | None] = [None] * len(self.actors)
+        remade: dict[int, tuple[int, float]] = {}  # actor -> (times made again, when it may be made again)
         while None in pids:
             for i, actor in enumerate(self.actors):
                 if pids[i] is not None:
@@ -163,6 +166,18 @@ class Federation:
                     pids[i] = None if pid in old_pids else pid  # an old process: the kill has not landed yet
                 except (ActorUnavailableError, GetTimeoutError):
                     pass  # restarting
+                except RayActorError as e:
+                    # a restart whose constructor raised (its model storage briefly unreachable, its card
+                    # still held) is dead for good: Ray restarts no actor whose creation failed. In a
+                    # recovery, make it again, backing off; a first start's failure is the user's to see
+                    if not (old_pids and e.actor_init_failed) or time.monotonic() > deadline:
+                        raise
+                    times, not_before = remade.get(i, (0, 0.0))
+                    if time.monotonic() >= not_before:
+                        why = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
+                        print(f"recovery: client actor {i} failed to start ({why}); starting it again", flush=True)
+                        self.actors[i] = self._new_actor(i)
+                        remade[i] = (times + 1, time.monotonic() + min(30.0, 2.0 ** times))
             if None in pids:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"client actors {[i for i, p in enumerate(pids) if p is None]} did not come "
