@@ -3,12 +3,16 @@
 Injected from outside the run, in one real `python -m jobs.train` with vLLM engines: in round 1 a client
 actor is frozen with SIGSTOP (its calls never return: `fault_tolerance.step_timeout_s` ends the wait);
 in round 2 the engine core process of a client actor is SIGKILLed (as a CUDA error or the OOM killer
-would). Each time the clients are restarted and the round redone, and the final adapter is bitwise equal
-to an uninterrupted run's; the frozen actor and the dead engine's processes are gone afterwards.
+would); in round 3, while the driver is paused between two calls (SIGSTOP), an idle actor's engine core
+is SIGKILLed: the actor's watchdog ends the actor, Ray restarts it with its initial state, and the driver
+notices the new process before it uses it (issue 25). Each time the clients are restarted and the round
+redone, and the final adapter is bitwise equal to an uninterrupted run's; the frozen actor and the dead
+engines' processes are gone afterwards.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import time
@@ -20,7 +24,7 @@ from ray_helpers import final_sha, ft_config, metrics, run_driver, start_driver
 
 pytest.importorskip("vllm")
 
-VLLM = ("rollout.backend=vllm", "fault_tolerance.step_timeout_s=15")
+VLLM = ("rollout.backend=vllm", "fault_tolerance.step_timeout_s=15", "federation.rounds=3")
 
 
 def client_actors() -> list[psutil.Process]:
@@ -28,23 +32,46 @@ def client_actors() -> list[psutil.Process]:
 
 
 @pytest.mark.heavy
+def kill_an_idle_engine(driver: subprocess.Popen) -> psutil.Process:
+    """Pause the driver between calls, SIGKILL an actor's engine core, wait until the watchdog has ended
+    that actor and Ray has restarted it (a new ClientActor process, idle), resume the driver."""
+    os.kill(driver.pid, signal.SIGSTOP)
+    try:
+        before = {p.pid for p in client_actors()}
+        actor = client_actors()[1]
+        core = next(c for c in actor.children(recursive=True) if "EngineCore" in c.name())
+        core.kill()
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            fresh = [p for p in client_actors() if p.pid not in before]
+            if fresh and any("EngineCore" in c.name() for c in fresh[0].children(recursive=True)) \
+                    and fresh[0].cpu_percent(interval=2.0) < 3:
+                return core
+            time.sleep(0.5)
+        raise AssertionError("the actor whose engine was killed did not come back")
+    finally:
+        os.kill(driver.pid, signal.SIGCONT)
+
+
 def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_model_dir, tmp_path):
     reference = run_driver(ft_config(digit_model_dir, tmp_path / "reference", *VLLM))
     assert reference.returncode == 0, reference.stderr[-3000:]
     cfg = ft_config(digit_model_dir, tmp_path / "run", *VLLM)
     driver = start_driver(cfg, stderr=subprocess.STDOUT)
-    out, frozen, engines = [], None, []
+    out, frozen, engines, idle_core = [], None, [], None
     try:
         for line in driver.stdout:
             out.append(line)
-            if frozen is None and line.startswith("round 1/2 step 1/3"):
+            if frozen is None and line.startswith("round 1/3 step 1/3"):
                 frozen = client_actors()[0]
                 frozen.send_signal(signal.SIGSTOP)
-            elif not engines and line.startswith("round 2/2 step 1/3"):
+            elif not engines and line.startswith("round 2/3 step 1/3"):
                 actor = client_actors()[0]
                 engines = [c for c in actor.children(recursive=True) if "VLLM::" in c.name()]
                 core = next(c for c in engines if "EngineCore" in c.name())
                 core.kill()
+            elif idle_core is None and line.startswith("round 3/3 step 1/3"):
+                idle_core = kill_an_idle_engine(driver)
         code = driver.wait(timeout=300)
     finally:
         if driver.poll() is None:
@@ -53,10 +80,11 @@ def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_m
     assert code == 0, text[-3000:]
     assert "round 1: an actor died or hung" in text and "fault_tolerance.step_timeout_s=15" in text
     assert "round 2: an actor died or hung" in text and f"vLLM engine process {core.pid} (VLLM::EngineCore)" in text
-    assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 1]
-    assert final_sha(cfg.run_dir) == final_sha(tmp_path / "reference")
+    assert idle_core is not None and "round 3: an actor died or hung" in text, text[-3000:]
+    assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 1, 1]
+    assert final_sha(cfg.run_dir, rounds=3) == final_sha(tmp_path / "reference", rounds=3)
     deadline = time.monotonic() + 30
-    while (left := [p for p in [frozen, *engines] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
+    while (left := [p for p in [frozen, *engines, idle_core] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
             and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"still running: {left}"
