@@ -28,7 +28,8 @@ run: $(STAMP)
 test: $(STAMP)
 	$(VPY) -m pytest -q tests
 
-# the slowest fault drills alone (they are part of `make test` too): a hung client and a dead vLLM engine,
+# the slowest fault drills alone (they are part of `make test` too): a hung client and dead vLLM engines,
+# actors restarted between calls (3 methods), the server killed or hung during a swap and an aggregation,
 # a SIGKILLed driver's engines, a lease taken over mid-run, the fake autoscaler, two more client-kill
 # phases, a plain `ray job submit` run, full-parameter CHOCO and SeedFlood clients killed while gossiping,
 # a client killed while uploading to the server, a truncated newest checkpoint, the supervisor

@@ -21,15 +21,29 @@ def digit_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def ft_reference(digit_model_dir, tmp_path_factory):
-    """An uninterrupted fault-tolerance reference run (see ray_helpers.ft_config); its run dir."""
+def ft_reference_of(digit_model_dir, tmp_path_factory):
+    """Uninterrupted fault-tolerance reference runs (see ray_helpers.ft_config), each made once per
+    session: `ft_reference_of(*overrides)` is the run dir of the run with those extra overrides."""
     from ray_helpers import ft_config, metrics, run_driver
 
-    run_dir = tmp_path_factory.mktemp("ft") / "reference"
-    proc = run_driver(ft_config(digit_model_dir, run_dir))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [r["recoveries"] for r in metrics(run_dir)] == [0, 0]
-    return run_dir
+    made = {}
+
+    def reference(*overrides: str):
+        if overrides not in made:
+            run_dir = tmp_path_factory.mktemp("ft-ref") / "reference"
+            proc = run_driver(ft_config(digit_model_dir, run_dir, *overrides))
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert all(r["recoveries"] == 0 for r in metrics(run_dir))
+            made[overrides] = run_dir
+        return made[overrides]
+
+    return reference
+
+
+@pytest.fixture(scope="session")
+def ft_reference(ft_reference_of):
+    """The uninterrupted run with ft_config's defaults; its run dir."""
+    return ft_reference_of()
 
 
 @pytest.fixture(scope="module")

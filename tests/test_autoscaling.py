@@ -53,7 +53,7 @@ def autoscaling_head(tmp_path):
         subprocess.run([ray_cli(), "stop", "--force"], capture_output=True, env=env, timeout=120)
 
 
-@pytest.mark.heavy  # ~50 s: CI runs the fixed multi-node cluster test (test_multinode.py) instead
+@pytest.mark.heavy  # ~50 s
 def test_the_autoscaler_adds_the_nodes_the_clients_need(autoscaling_head, ft_reference, digit_model_dir, tmp_path):
     assert raylets() == 1  # the head alone, with no CPU for a client
     cfg = ft_config(digit_model_dir, tmp_path / "run", "resources.cpus_per_client=1",

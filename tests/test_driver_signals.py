@@ -53,7 +53,7 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
     assert not (Path(cfg.run_dir) / "LEASE").exists()  # released on the way out
 
 
-@pytest.mark.heavy  # ~40 s of vLLM engines; CI checks a SIGKILLed driver's actors in test_job_submit.py
+@pytest.mark.heavy  # ~40 s of vLLM engines
 def test_sigkilled_driver_leaves_no_engine_worker_behind(digit_model_dir, tmp_path):
     """SIGKILL runs no cleanup: Ray's daemons take the actors down, and each vLLM worker process, whose
     engine core dies with its actor, exits by itself once its parent is gone."""

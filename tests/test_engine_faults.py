@@ -31,7 +31,6 @@ def client_actors() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["cmdline"]) if "ray::ClientActor" in " ".join(p.info["cmdline"] or [])]
 
 
-@pytest.mark.heavy
 def kill_an_idle_engine(driver: subprocess.Popen) -> psutil.Process:
     """Pause the driver between calls, SIGKILL an actor's engine core, wait until the watchdog has ended
     that actor and Ray has restarted it (a new ClientActor process, idle), resume the driver."""
@@ -53,6 +52,7 @@ def kill_an_idle_engine(driver: subprocess.Popen) -> psutil.Process:
         os.kill(driver.pid, signal.SIGCONT)
 
 
+@pytest.mark.heavy  # ~205 s
 def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_model_dir, tmp_path):
     reference = run_driver(ft_config(digit_model_dir, tmp_path / "reference", *VLLM))
     assert reference.returncode == 0, reference.stderr[-3000:]

@@ -48,7 +48,7 @@ def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, d
         assert got[tag] == ref[tag], tag
 
 
-@pytest.mark.heavy  # ~45 s; CI has the same rule on a real Lease in test_lease.py
+@pytest.mark.heavy  # ~45 s
 def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_resumes(ft_reference,
                                                                                       digit_model_dir, tmp_path):
     """From outside: after round 1 is committed, another node's driver takes the lease (as one would after
@@ -81,7 +81,7 @@ def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_re
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
 
 
-@pytest.mark.heavy  # ~24 s; CI has the skip rule on hand-made folders in test_checkpoint.py
+@pytest.mark.heavy  # ~24 s
 def test_truncated_latest_checkpoint_is_skipped_and_the_round_redone(ft_reference, digit_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(ft_reference, run_dir)

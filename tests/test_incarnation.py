@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from pubswap.participation import participants
-from ray_helpers import cmdline, final_sha, ft_config, metrics, process_tree, run_driver, start_driver
+from ray_helpers import cmdline, final_sha, ft_config, metrics, process_tree, start_driver
 
 METHODS = {
     "fedit": ("federation.method=fedavg-grpo", "federation.clients_per_round=1"),
@@ -79,11 +79,10 @@ def on_commit(driver: int, ckpt_dir, done: list) -> None:
         time.sleep(0.002)
 
 
+@pytest.mark.heavy  # ~72 s each
 @pytest.mark.parametrize("method", list(METHODS))
-def test_actors_restarted_between_calls_are_recovered_bitwise(method, digit_model_dir, tmp_path):
-    reference = ft_config(digit_model_dir, tmp_path / "reference", *METHODS[method])
-    done = run_driver(reference)
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_actors_restarted_between_calls_are_recovered_bitwise(method, ft_reference_of, digit_model_dir, tmp_path):
+    reference = ft_reference_of(*METHODS[method])
 
     cfg = ft_config(digit_model_dir, tmp_path / "run", *METHODS[method])
     proc = start_driver(cfg)
@@ -115,7 +114,7 @@ def test_actors_restarted_between_calls_are_recovered_bitwise(method, digit_mode
     assert text.count("an actor died or hung") == 2, text[-3000:]
     assert "restarting the clients to redo round 1" in text
     assert "restarting the clients to evaluate round 1 again" in text, text[-3000:]
-    got, ref = metrics(cfg.run_dir), metrics(reference.run_dir)
+    got, ref = metrics(cfg.run_dir), metrics(reference)
     assert [r["recoveries"] for r in got] == [1, 0]
     assert [r.get("pass@1") for r in got] == [r.get("pass@1") for r in ref]  # every actor evaluated the right adapter
-    assert final_sha(cfg.run_dir) == final_sha(reference.run_dir)
+    assert final_sha(cfg.run_dir) == final_sha(reference)

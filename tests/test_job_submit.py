@@ -14,7 +14,7 @@ from ray_helpers import REPO, ft_config, metrics, ray_cli, run_processes, tiny_c
 from test_multinode import ppid
 
 
-@pytest.mark.heavy  # CI submits jobs in test_a_stopped_or_failed_job_leaves_nothing_running
+@pytest.mark.heavy
 def test_ray_job_submit_runs_the_driver(ray_head, tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     cfg = tiny_config(tiny_model_dir, run_dir, "federation.rounds=1", "federation.method=pubswap-balanced")

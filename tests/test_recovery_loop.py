@@ -1,6 +1,7 @@
 """Recovery covers the whole run, not just a round's body (issue 25): a client killed during the base
-model's evaluation, and a ServerActor SIGSTOPped from outside in the middle of a public step (a hung
-server is killed and restarted with the clients); each run ends bitwise equal to the uninterrupted one."""
+model's evaluation; the ServerActor SIGKILLed and SIGSTOPped from outside during a swap and during an
+aggregation (a hung server is killed and restarted with the clients); a restart whose constructor fails.
+Each run ends bitwise equal to the uninterrupted one."""
 
 import json
 import os
@@ -8,6 +9,9 @@ import re
 import shutil
 import signal
 import threading
+import time
+
+import pytest
 
 from pubswap.faults import ENV as FAULT_ENV
 from ray_helpers import alive, cmdline, final_sha, ft_config, metrics, process_tree, run_driver, start_driver
@@ -24,33 +28,55 @@ def test_a_client_killed_during_the_base_evaluation_is_recovered(ft_reference, d
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
 
 
-def test_a_hung_server_in_a_public_step_is_restarted_and_the_round_redone(ft_reference, digit_model_dir, tmp_path):
-    cfg = ft_config(digit_model_dir, tmp_path / "run", "fault_tolerance.step_timeout_s=10")
+def server_of(driver: int) -> int:
+    found = [p for p in process_tree(driver) if cmdline(p).startswith("ray::ServerActor")]
+    assert len(found) == 1, found
+    return found[0]
+
+
+FEDSRD = ("federation.method=fedavg-grpo", "federation.clients_per_round=1", "federation.aggregation=fedsrd")
+
+
+@pytest.mark.heavy  # ~77 s each
+@pytest.mark.parametrize("moment,overrides,before", [
+    ("swap", (), "step 1/3"),  # step 2 is public: the server hands out the batch and swaps the answers
+    ("aggregation", FEDSRD, "step 3/3")])  # after the last step FedSRD's server aggregates the uploads
+def test_the_server_killed_or_hung_in_a_call_is_restarted_and_the_round_redone(moment, overrides, before,
+                                                                               ft_reference_of, digit_model_dir,
+                                                                               tmp_path):
+    """Round 1: the ServerActor is frozen (SIGSTOP) as the call arrives, then SIGKILLed with the call in
+    flight; round 2: it is frozen and left so (fault_tolerance.step_timeout_s ends the wait, and the
+    recovery kills it rather than leaving it stopped)."""
+    cfg = ft_config(digit_model_dir, tmp_path / "run", *overrides, "fault_tolerance.step_timeout_s=10")
     proc = start_driver(cfg)
-    out, stopped = [], None
+    out, killed, stopped = [], None, None
     try:
         for line in proc.stdout:
             out.append(line)
-            if stopped is None and line.startswith("round 1/2 step 1/3"):  # step 2 is public: it needs the server
-                stopped = [p for p in process_tree(proc.pid) if cmdline(p).startswith("ray::ServerActor")]
-                assert len(stopped) == 1
-                os.kill(stopped[0], signal.SIGSTOP)
+            if killed is None and line.startswith(f"round 1/2 {before}"):
+                killed = server_of(proc.pid)
+                os.kill(killed, signal.SIGSTOP)
+                time.sleep(5)  # the driver's call is waiting on it now
+                os.kill(killed, signal.SIGKILL)
+            elif stopped is None and line.startswith(f"round 2/2 {before}"):
+                stopped = server_of(proc.pid)
+                os.kill(stopped, signal.SIGSTOP)
         code = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in stopped or []:
+        for pid in [p for p in (killed, stopped) if p]:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     text = "".join(out)
     assert code == 0, text[-3000:] + proc.stderr.read()[-3000:]
-    assert "a client is hung" in text or "round 1: an actor died or hung" in text, text[-3000:]
-    assert not alive(stopped[0])  # killed, not left stopped
-    assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 0]
-    assert final_sha(cfg.run_dir) == final_sha(ft_reference)
-
+    assert "round 1: an actor died or hung" in text and "round 2: an actor died or hung" in text, text[-3000:]
+    assert "a client is hung" in text.split("round 2: an actor died or hung", 1)[1], text[-3000:]
+    assert stopped != killed and not alive(stopped)  # the hung one was killed, not left stopped
+    assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 1]
+    assert final_sha(cfg.run_dir) == final_sha(ft_reference_of(*overrides))
 
 
 def test_an_actor_whose_restart_fails_to_start_is_made_again(ft_reference, digit_model_dir, tmp_path):

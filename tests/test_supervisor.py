@@ -15,7 +15,7 @@ from ray_helpers import REPO, final_sha, ft_config, metrics, write_config
 from tcp_proxy import TcpProxy
 
 
-@pytest.mark.heavy  # ~39 s; CI has a SIGKILLed driver rerun to the reference in test_fault_tolerance.py
+@pytest.mark.heavy  # ~39 s
 def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(ray_head, ft_reference, digit_model_dir,
                                                                              tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the locally started head uses Ray's token auth
