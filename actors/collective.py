@@ -9,7 +9,7 @@ The averaged vector is the LoRA adapter only (Qwen3-1.7B, r=32, all linear layer
     NCCL backend is built on cupy, which neither ray nor vllm installs: the `nccl` extra installs
     cupy-cuda13x, the build that matches the CUDA 13 of the pinned vllm wheel.
 
-The README gives the measured gloo time; NCCL was not measured (no GPU cluster here).
+docs/gpu.md gives the measured gloo time; NCCL was not measured (no GPU cluster here).
 """
 
 from __future__ import annotations

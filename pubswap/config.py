@@ -71,9 +71,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 class ModelConfig:
     path: str = ""  # local folder (or hub id on a cluster with hub access)
     gguf_file: str | None = None  # file inside `path` when the checkpoint is a GGUF
-    dtype: str = "bfloat16"
-    max_prompt_len: int = 1024
-    max_response_len: int = 2048
+    dtype: str = "bfloat16"  # float32 | bfloat16 | float16: the base weights in trainer and engine
+    max_prompt_len: int = 1024  # tokens, chat template included; longer prompts are dropped, never cut
+    max_response_len: int = 2048  # tokens generated per response at most
 
 
 @dataclass
@@ -82,8 +82,9 @@ class LoraConfig:
     # then rank max(r) for everyone (engine, trainer, checkpoint), and client i trains and holds only
     # its first r[i] components (the others stay zero, their gradients are zeroed); scale alpha / max(r)
     r: int | list[int] = 32
-    alpha: int = 64
-    dropout: float = 0.0
+    alpha: int = 64  # LoRA scale alpha / r
+    dropout: float = 0.0  # LoRA dropout while training (log-probs for the ratio and KL use none)
+    # PEFT target_modules: all-linear, or module names such as q_proj
     target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
 
     @property
@@ -107,21 +108,21 @@ class GRPOConfig:
     # prompts per optimizer update (VERL: ppo_mini_batch_size); 0: the whole step's batch (b), so a step
     # makes grad_epochs x (b / mini_batch_size) AdamW updates
     mini_batch_size: int = 0
-    lr: float = 1e-5
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    clip_low: float = 0.2
-    clip_high: float = 0.25
+    lr: float = 1e-5  # AdamW learning rate
+    weight_decay: float = 0.01  # AdamW weight decay
+    grad_clip: float = 1.0  # max gradient norm per update
+    clip_low: float = 0.2  # PPO ratio clip below 1 - clip_low
+    clip_high: float = 0.25  # and above 1 + clip_high (clip-higher)
     clip_ratio_c: float = 3.0  # dual-clip bound for negative advantages (VERL's default)
-    log_ratio_clamp: float = 20.0
-    kl_coef: float = 1e-4
+    log_ratio_clamp: float = 20.0  # |log ratio| clamped before exp, for numerical safety
+    kl_coef: float = 1e-4  # weight of the k3 KL to the base model (adapter disabled)
     entropy_coef: float = 0.0  # bonus on the policy's token entropy (logged as `entropy` either way)
     # truncated importance sampling for swapped-in (off-policy) public responses: per-token weight
     # min(pi_local / pi_donor, tis_cap) with the donor engine's sampling log-probs; 0 = off (the paper)
     tis_cap: float = 0.0
-    adv_eps: float = 1e-6
-    temperature: float = 0.7
-    val_temperature: float = 0.7
+    adv_eps: float = 1e-6  # added to a group's reward std when normalising advantages
+    temperature: float = 0.7  # sampling temperature of training rollouts
+    val_temperature: float = 0.7  # sampling temperature of evaluation
     # memory bounds of one step (they change the order of floating-point sums, not the update)
     micro_batch_tokens: int = 16384  # padded tokens per forward pass (VERL: ppo_max_token_len_per_gpu)
     logprob_chunk: int = 1024  # positions per LM-head chunk: [chunk, vocab] fp32 logits at a time
@@ -130,16 +131,18 @@ class GRPOConfig:
 
 @dataclass
 class FederationConfig:
+    # fedavg-grpo | fedprox-grpo | pubswap-balanced | pubswap-random | dsgd-lora | chocosgd-lora | dsgd |
+    # chocosgd | seedflood | centralized | centralized-full (docs/methods.md)
     method: str = "pubswap-balanced"
-    num_clients: int = 4
-    rounds: int = 10
+    num_clients: int = 4  # logical clients (resources.num_actors places them on actors)
+    rounds: int = 10  # communication rounds
     tau: int = 10  # local steps per round
     swap_period: int = 2  # every swap_period-th local step is a public step
     aggregation: str = "fedit"  # fedit | ffa-lora | flexlora | fed-dare | fedsrd | fedsrd-e | fedicu
     # the strategy's own parameters, e.g. {p: 0.9} for fed-dare, {download_p: 0.8} for fedsrd
     aggregation_kwargs: dict[str, float] = field(default_factory=dict)
-    weighting: str = "uniform"
-    fedprox_mu: float = 0.01
+    weighting: str = "uniform"  # uniform | samples: client weights in the average (samples: by private rows)
+    fedprox_mu: float = 0.01  # fedprox-grpo: weight of the proximal term mu/2 ||w - w_global||^2
     # partial participation: each round a seeded subset of clients trains and is averaged
     participation: float = 1.0  # fraction of clients per round (rounded, at least 1)
     clients_per_round: int = 0  # if > 0, this many clients per round (overrides participation)
@@ -147,15 +150,15 @@ class FederationConfig:
     # gossip_every local steps; CHOCO-SGD's consensus step size and compressor (a fraction of entries)
     topology: str = "ring"  # ring | meshgrid (2-D grid, no wrap) | torus | complete | edges
     edges: list[list[int]] = field(default_factory=list)  # topology: edges
-    gossip_every: int = 1
-    choco_gamma: float = 0.5
+    gossip_every: int = 1  # decentralized: local steps between two gossip steps
+    choco_gamma: float = 0.5  # CHOCO-SGD's consensus step size
     choco_compressor: str = "top-k"  # top-k | rand-k | identity
-    choco_fraction: float = 0.1
+    choco_fraction: float = 0.1  # the fraction of entries CHOCO's top-k / rand-k compressor sends
     eval_clients: int = 2  # decentralized: also the pass@1 of this many sampled clients' own adapters
     # seedflood: the zeroth-order step x <- x - zo_lr * g * z, g the loss difference along z over 2 zo_eps
     # (MeZO's full-parameter OPT values)
     zo_eps: float = 1e-3
-    zo_lr: float = 1e-6
+    zo_lr: float = 1e-6  # seedflood: the zeroth-order step size
 
     @property
     def decentralized(self) -> bool:
@@ -197,10 +200,10 @@ class DataConfig:
     subsample: int = 0  # keep this many rows of the source before splitting (DeepMath in the paper: 20000)
     # reasoning-gym tasks: a list of names (their default settings) or {name: {setting: value}}
     tasks: dict[str, dict] | list[str] = field(default_factory=lambda: ["chain_sum", "basic_arithmetic"])
-    per_client: int = 2500
-    public_size: int = 1250
-    test_size: int = 1250
-    dirichlet_alpha: float = 0.3
+    per_client: int = 2500  # private prompts per client
+    public_size: int = 1250  # the shared public pool (PubSwap's public batches are drawn from it)
+    test_size: int = 1250  # held-out test prompts for pass@1
+    dirichlet_alpha: float = 0.3  # topics per client ~ Dirichlet(alpha): smaller is more heterogeneous
     # the verifier: auto is the source's own (reasoning_gym: each task's score_answer; math, deepmath:
     # math-verify; medical: choice); math | exact | choice | reasoning_gym
     reward: str = "auto"
@@ -257,14 +260,14 @@ class CheckpointConfig:
     # are deleted after each commit (locally and in an object-store run_dir). 0 keeps every round.
     keep_last: int = 3
     # in-round checkpoints of a federated round every this many local steps (each client's adapter and
-    # AdamW state): a preemption loses at most this many steps. 0: per round only. See README.
+    # AdamW state): a preemption loses at most this many steps. 0: per round only. See docs/faults.md.
     every_steps: int = 10
 
 
 @dataclass
 class RunConfig:
-    seed: int = 0
-    run_dir: str = "runs/default"
+    seed: int = 0  # every random choice derives from (seed, purpose, round, step, client)
+    run_dir: str = "runs/default"  # local folder, or s3:// / gs:// URI (a node-local mirror is kept; docs/cluster.md)
     model: ModelConfig = field(default_factory=ModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -276,7 +279,7 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     eval_every: int = 1  # evaluate the global adapter every this many rounds (and before round 1)
     eval_n: int = 1  # responses per test prompt: pass@1 is their mean (mean@n), with its standard error
-    # GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see README)
+    # GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see docs/gpu.md)
     deterministic: bool = False
     # where metrics go besides metrics.jsonl: console, tensorboard (run_dir/tensorboard), wandb (optional,
     # needs `pip install wandb`); pubswap/loggers.py
@@ -574,12 +577,17 @@ def _dotted(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def may_change_on_resume(key: str) -> bool:
+    """Whether a resumed run may change the dotted `key` (RESUMABLE_KEYS)."""
+    return any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_KEYS)
+
+
 def resume_conflicts(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
     """'key: saved -> current' for every setting that differs and may not change on resume."""
     a, b = _dotted(saved), _dotted(current)
     out = []
     for key in sorted(set(a) | set(b)):
-        if any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_KEYS):
+        if may_change_on_resume(key):
             continue
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
             out.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")

@@ -1,5 +1,5 @@
-"""Every command of the README's cluster section that can run here works as written; the others name files
-that exist. Training commands are loaded with their overrides by our own config loader (as the driver
+"""Every command of the cluster guide (docs/cluster.md, and its short form in the README) that can run here
+works as written; the others name files that exist (the local scaling example is not a cluster job). Training commands are loaded with their overrides by our own config loader (as the driver
 would, inside a job) and must keep their files in an object store."""
 
 import os
@@ -22,7 +22,8 @@ IMAGE_ROOT = "/home/ray/pubswap/"  # where kuberay/Dockerfile puts the project
 
 def cluster_commands() -> list[list[str]]:
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## On a Ray cluster"):readme.index("### On GPUs")]
+    guide = (REPO / "docs" / "cluster.md").read_text()
+    section = guide[:guide.index("## Scaling beyond four clients")] + readme[readme.index("## On a cluster"):readme.index("## Documentation")]
     out = []
     for block in re.findall(r"```bash\n(.*?)```", section, re.S):
         for cmd in block.replace("\\\n", " ").splitlines():
