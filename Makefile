@@ -6,7 +6,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 CONFIG  ?= configs/default.yaml
 
-.PHONY: install run test test-heavy clean
+.PHONY: install run test test-heavy lint clean
 
 install: $(STAMP)
 
@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(VPY) -m jobs.train --config $(CONFIG)
+
+lint: $(STAMP)
+	$(VPY) -m ruff check --fix . && $(VPY) -m ruff format .
 
 test: $(STAMP)
 	$(VPY) -m pytest -q tests

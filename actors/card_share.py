@@ -48,16 +48,24 @@ def card_turn(card: str | None, lock_dir: str | None = None) -> Iterator[None]:
         os.close(fd)
 
 
-def wait_for_free(need_bytes: int, free_bytes: Callable[[], int], timeout_s: float = FREE_WAIT_S,
-                  poll_s: float = 1.0, out: Callable[[str], None] = print, sleep=time.sleep) -> bool:
+def wait_for_free(
+    need_bytes: int,
+    free_bytes: Callable[[], int],
+    timeout_s: float = FREE_WAIT_S,
+    poll_s: float = 1.0,
+    out: Callable[[str], None] = print,
+    sleep=time.sleep,
+) -> bool:
     """Wait until `free_bytes()` >= `need_bytes`, at most `timeout_s`; True if it was reached. Says once
     that it waits, and how it ended."""
     start = time.monotonic()
     free = free_bytes()
     if free >= need_bytes:
         return True
-    out(f"GPU share: {free / 2**30:.2f} GiB free, the engine needs {need_bytes / 2**30:.2f} GiB; waiting up "
-        f"to {timeout_s:.0f} s for a previous process on this card to release its memory")
+    out(
+        f"GPU share: {free / 2**30:.2f} GiB free, the engine needs {need_bytes / 2**30:.2f} GiB; waiting up "
+        f"to {timeout_s:.0f} s for a previous process on this card to release its memory"
+    )
     while time.monotonic() - start < timeout_s:
         sleep(poll_s)
         free = free_bytes()

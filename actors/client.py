@@ -38,14 +38,14 @@ from pubswap.data.order import private_batch, private_steps_before
 from pubswap.data.prompt_length import chat_prompt_ids
 from pubswap.data.rows import Row
 from pubswap.faults import maybe_crash
+from pubswap.full_trainer import FullGRPOTrainer
 from pubswap.grpo import group_advantages, zero_advantage_fraction
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, truncate_rank, unflatten
 from pubswap.rewards import in_format, make_row_reward
 from pubswap.seeding import derive_seed
-from pubswap.swap import Response
 from pubswap.step_checkpoint import load_optimizer_state, optimizer_state
+from pubswap.swap import Response
 from pubswap.timing import PhaseTimer
-from pubswap.full_trainer import FullGRPOTrainer
 from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
 
 CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
@@ -77,10 +77,12 @@ def bind_engine_cores(slot: int, cpus: float) -> None:
 
 def timed_call(method):
     """An actor entry point: its wall time is busy time of the actor's PhaseTimer (pubswap/timing.py)."""
+
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self.timer.call():
             return method(self, *args, **kwargs)
+
     return wrapper
 
 
@@ -106,8 +108,14 @@ class ClientCore(GossipPeer):
     `shards` maps each hosted client id to its private rows.
     """
 
-    def __init__(self, cfg: dict, shards: Mapping[int, Sequence[Row]], model_dir: str,
-                 engine_gpu_fraction: float | None = None, slot: int = 0):
+    def __init__(
+        self,
+        cfg: dict,
+        shards: Mapping[int, Sequence[Row]],
+        model_dir: str,
+        engine_gpu_fraction: float | None = None,
+        slot: int = 0,
+    ):
         """`engine_gpu_fraction`: vLLM's share of the whole card, from the driver's GPU budget
         (pubswap/gpu_budget.py); None on CPU. `slot`: this actor's index, which picks the CPU cores its
         engine binds to on a CPU-only node."""
@@ -125,31 +133,43 @@ class ClientCore(GossipPeer):
         # actors sharing a card load one at a time, and the engine waits for its share of the card
         # (a restarted actor's predecessor may still hold it): actors/card_share.py
         with card_turn(card_uuid()):
-            self.trainer = trainer_cls.load(model_dir, c.lora, c.grpo, dtype=self._train_dtype(), strategy=strategy,
-                                            seed=c.seed)
+            self.trainer = trainer_cls.load(
+                model_dir, c.lora, c.grpo, dtype=self._train_dtype(), strategy=strategy, seed=c.seed
+            )
             self.tokenizer = self.trainer.tokenizer
             r = c.rollout
             if not torch.cuda.is_available():
                 bind_engine_cores(slot, c.resources.cpus_per_client)
             else:
                 wait_for_engine_share(engine_gpu_fraction or r.gpu_memory_utilization)
-            self.engine = make_engine(r.backend, model_dir, lora_rank=c.lora.max_r,
-                                      max_model_len=c.model.max_prompt_len + c.model.max_response_len,
-                                      dtype=c.model.dtype, seed=c.seed, tokenizer=self.tokenizer,
-                                      kv_cache_gib=r.kv_cache_gib,
-                                      gpu_memory_utilization=engine_gpu_fraction or r.gpu_memory_utilization,
-                                      max_num_seqs=r.max_num_seqs or self._default_max_num_seqs(len(shards)),
-                                      max_loras=len(shards), enforce_eager=r.enforce_eager,
-                                      max_num_batched_tokens=r.max_num_batched_tokens, sleep_mode=r.sleep_mode,
-                                      lora_mode=r.lora_mode, lora_scale=c.lora.alpha / c.lora.max_r, full=full)
+            self.engine = make_engine(
+                r.backend,
+                model_dir,
+                lora_rank=c.lora.max_r,
+                max_model_len=c.model.max_prompt_len + c.model.max_response_len,
+                dtype=c.model.dtype,
+                seed=c.seed,
+                tokenizer=self.tokenizer,
+                kv_cache_gib=r.kv_cache_gib,
+                gpu_memory_utilization=engine_gpu_fraction or r.gpu_memory_utilization,
+                max_num_seqs=r.max_num_seqs or self._default_max_num_seqs(len(shards)),
+                max_loras=len(shards),
+                enforce_eager=r.enforce_eager,
+                max_num_batched_tokens=r.max_num_batched_tokens,
+                sleep_mode=r.sleep_mode,
+                lora_mode=r.lora_mode,
+                lora_scale=c.lora.alpha / c.lora.max_r,
+                full=full,
+            )
         self._engine_dtype = DTYPES[c.model.dtype]
         self.reward_fn = make_row_reward(c.data, c.seed)
         initial = self.trainer.adapter()
         self.global_adapter = initial  # what the server holds; a client of lower rank holds a truncation
         self.clients = {}
         for cid, rows in sorted(shards.items()):
-            client = LogicalClient(cid, list(rows), initial, self.trainer.new_optimizer(),
-                                   rank=c.lora.reduced_rank(cid))
+            client = LogicalClient(
+                cid, list(rows), initial, self.trainer.new_optimizer(), rank=c.lora.reduced_rank(cid)
+            )
             client.adapter = self._held_by(client, initial)
             self.clients[cid] = client
         self._version = 0
@@ -193,8 +213,11 @@ class ClientCore(GossipPeer):
             self.engine.set_adapter(None, key=cid, tensors=client.adapter)  # merged at its next rollout
             return
         self._version += 1
-        path = save_adapter(self.adapter_dir / f"client_{cid}" / f"adapter_v{self._version}",
-                            {k: v.to(self._engine_dtype) for k, v in client.adapter.items()}, self.trainer.lora_config)
+        path = save_adapter(
+            self.adapter_dir / f"client_{cid}" / f"adapter_v{self._version}",
+            {k: v.to(self._engine_dtype) for k, v in client.adapter.items()},
+            self.trainer.lora_config,
+        )
         self.engine.set_adapter(str(path), key=cid)
         if client.engine_dir is not None:
             shutil.rmtree(client.engine_dir, ignore_errors=True)
@@ -228,8 +251,10 @@ class ClientCore(GossipPeer):
     def train_states(self, cids: Sequence[int]) -> dict[int, dict]:
         """Each client's adapter and optimizer state (moments, step count) as CPU tensors, for an
         in-round checkpoint (pubswap/step_checkpoint.py)."""
-        return {cid: {"adapter": dict(self.clients[cid].adapter),
-                      "opt": optimizer_state(self.clients[cid].optimizer)} for cid in self._hosted(cids)}
+        return {
+            cid: {"adapter": dict(self.clients[cid].adapter), "opt": optimizer_state(self.clients[cid].optimizer)}
+            for cid in self._hosted(cids)
+        }
 
     @timed_call
     def load_train_states(self, states: Mapping[int, dict]) -> None:
@@ -259,13 +284,21 @@ class ClientCore(GossipPeer):
         row = Row(row, "", "") if isinstance(row, str) else row
         ids = chat_prompt_ids(self.tokenizer, row.prompt, row.context)
         if len(ids) > self.cfg.model.max_prompt_len:  # the driver drops such rows before the split
-            raise ValueError(f"a prompt of {len(ids)} tokens exceeds model.max_prompt_len="
-                             f"{self.cfg.model.max_prompt_len}: {row.prompt[:80]!r}...")
+            raise ValueError(
+                f"a prompt of {len(ids)} tokens exceeds model.max_prompt_len="
+                f"{self.cfg.model.max_prompt_len}: {row.prompt[:80]!r}..."
+            )
         return tuple(ids)
 
-    def _rollout(self, requests: Sequence[tuple[int, Sequence[Row]]], n: int, temperature: float,
-                 seed_keys: tuple, phase: str = "gen",
-                 seed_index: Sequence[int] | None = None) -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
+    def _rollout(
+        self,
+        requests: Sequence[tuple[int, Sequence[Row]]],
+        n: int,
+        temperature: float,
+        seed_keys: tuple,
+        phase: str = "gen",
+        seed_index: Sequence[int] | None = None,
+    ) -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
         """One engine call for every (client id, [row, ...]) request; per request the prompt ids and the
         scored groups. Prompt i of client c is seeded by (seed_keys, c, i), or with `seed_index` (one
         request) by (seed_keys, seed_index[i]): the same seed wherever the prompt is answered."""
@@ -274,8 +307,11 @@ class ClientCore(GossipPeer):
             for i, row in enumerate(batch):
                 row = as_row(row)
                 pids.append(self.prompt_ids(row))
-                seeds.append(derive_seed(self.cfg.seed, *seed_keys, cid, i) if seed_index is None
-                             else derive_seed(self.cfg.seed, *seed_keys, seed_index[i]))
+                seeds.append(
+                    derive_seed(self.cfg.seed, *seed_keys, cid, i)
+                    if seed_index is None
+                    else derive_seed(self.cfg.seed, *seed_keys, seed_index[i])
+                )
                 keys.append(cid)
                 answers.append(row)
         if self.engine.asleep:
@@ -284,33 +320,56 @@ class ClientCore(GossipPeer):
         want_logprobs = self.cfg.grpo.tis_cap > 0 and seed_keys[0] == "public"
         merge_before = getattr(self.engine, "merge_s", 0.0)
         with self.timer.phase(phase):
-            outs = self.engine.generate(pids, n=n, temperature=temperature,
-                                        max_tokens=self.cfg.model.max_response_len, seeds=seeds, keys=keys,
-                                        logprobs=want_logprobs)
+            outs = self.engine.generate(
+                pids,
+                n=n,
+                temperature=temperature,
+                max_tokens=self.cfg.model.max_response_len,
+                seeds=seeds,
+                keys=keys,
+                logprobs=want_logprobs,
+            )
         # a merged engine rebuilds its weights for each adapter inside generate: that is adapter sync
         self.timer.move(getattr(self.engine, "merge_s", 0.0) - merge_before, phase, "sync")
         results, at = [], 0
         for cid, batch in requests:
             groups = []
-            for completions, row in zip(outs[at:at + len(batch)], answers[at:at + len(batch)]):
+            for completions, row in zip(outs[at : at + len(batch)], answers[at : at + len(batch)]):
                 group = []
                 for c in completions:
                     text = self.tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
                     reward = self.reward_fn(text, row)
-                    group.append(Response(text=text, reward=reward, correct=reward > CORRECT_THRESHOLD, origin=cid,
-                                          token_ids=tuple(c.token_ids), logprobs=tuple(c.logprobs)))
+                    group.append(
+                        Response(
+                            text=text,
+                            reward=reward,
+                            correct=reward > CORRECT_THRESHOLD,
+                            origin=cid,
+                            token_ids=tuple(c.token_ids),
+                            logprobs=tuple(c.logprobs),
+                        )
+                    )
                 groups.append(group)
-            results.append((pids[at:at + len(batch)], groups))
+            results.append((pids[at : at + len(batch)], groups))
             at += len(batch)
         return results
 
-    def _train(self, cid: int, pids: Sequence[tuple[int, ...]], groups: Sequence[Sequence[Response]],
-               round_idx: int, step: int) -> dict:
+    def _train(
+        self, cid: int, pids: Sequence[tuple[int, ...]], groups: Sequence[Sequence[Response]], round_idx: int, step: int
+    ) -> dict:
         rewards = torch.tensor([[r.reward for r in g] for g in groups], dtype=torch.float32)
         adv = group_advantages(rewards, self.cfg.grpo.adv_eps)
-        samples = [Sample(pid, r.token_ids if r.token_ids else (self.tokenizer.eos_token_id,), float(a), r.origin,
-                          r.logprobs if r.token_ids else ())
-                   for pid, g, row in zip(pids, groups, adv) for r, a in zip(g, row.tolist())]
+        samples = [
+            Sample(
+                pid,
+                r.token_ids if r.token_ids else (self.tokenizer.eos_token_id,),
+                float(a),
+                r.origin,
+                r.logprobs if r.token_ids else (),
+            )
+            for pid, g, row in zip(pids, groups, adv)
+            for r, a in zip(g, row.tolist())
+        ]
         t = time.perf_counter()
         with self.timer.phase("train"):
             self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
@@ -323,15 +382,22 @@ class ClientCore(GossipPeer):
         self._sync_engine(cid)
         lengths = [len(r.token_ids) for g in groups for r in g]
         eos = self.tokenizer.eos_token_id
-        clipped = [n >= self.cfg.model.max_response_len and r.token_ids[-1:] != (eos,) for g in groups for r, n in
-                   zip(g, (len(x.token_ids) for x in g))]
-        metrics.update(client=cid, train_s=time.perf_counter() - t, reward_mean=rewards.mean().item(),
-                       reward_std=rewards.std(unbiased=False).item(),
-                       response_length_mean=sum(lengths) / max(1, len(lengths)),
-                       response_clip_ratio=sum(clipped) / max(1, len(clipped)),
-                       zero_adv_frac=zero_advantage_fraction(rewards),
-                       off_policy=sum(s.origin != cid for s in samples),
-                       response_tokens=sum(len(s.response_ids) for s in samples))
+        clipped = [
+            n >= self.cfg.model.max_response_len and r.token_ids[-1:] != (eos,)
+            for g in groups
+            for r, n in zip(g, (len(x.token_ids) for x in g))
+        ]
+        metrics.update(
+            client=cid,
+            train_s=time.perf_counter() - t,
+            reward_mean=rewards.mean().item(),
+            reward_std=rewards.std(unbiased=False).item(),
+            response_length_mean=sum(lengths) / max(1, len(lengths)),
+            response_clip_ratio=sum(clipped) / max(1, len(clipped)),
+            zero_adv_frac=zero_advantage_fraction(rewards),
+            off_policy=sum(s.origin != cid for s in samples),
+            response_tokens=sum(len(s.response_ids) for s in samples),
+        )
         return metrics
 
     # --- the steps ---------------------------------------------------------------------------
@@ -352,13 +418,13 @@ class ClientCore(GossipPeer):
         out = []
         for (cid, _), (pids, groups) in zip(requests, rolled):
             maybe_crash("client", round_idx, step, "private_train", cid)
-            out.append({"step": step, "public": False, "gen_s": gen_s,
-                        **self._train(cid, pids, groups, round_idx, step)})
+            out.append(
+                {"step": step, "public": False, "gen_s": gen_s, **self._train(cid, pids, groups, round_idx, step)}
+            )
         return out
 
     @timed_call
-    def answer_public(self, batch: Sequence[Row], round_idx: int, step: int,
-                      cids: Sequence[int] | None = None) -> dict:
+    def answer_public(self, batch: Sequence[Row], round_idx: int, step: int, cids: Sequence[int] | None = None) -> dict:
         """K responses per public prompt from each client in `cids`: {"responses": {cid: groups}, "gen_s"}."""
         g = self.cfg.grpo
         hosted = self._hosted(cids)
@@ -366,12 +432,15 @@ class ClientCore(GossipPeer):
         rolled = self._rollout([(cid, batch) for cid in hosted], g.K, g.temperature, ("public", round_idx, step))
         for cid in hosted:
             maybe_crash("client", round_idx, step, "public_answer", cid)
-        return {"responses": {cid: groups for cid, (_, groups) in zip(hosted, rolled)},
-                "gen_s": time.perf_counter() - t}
+        return {
+            "responses": {cid: groups for cid, (_, groups) in zip(hosted, rolled)},
+            "gen_s": time.perf_counter() - t,
+        }
 
     @timed_call
-    def public_steps(self, batch: Sequence[Row], groups: Mapping[int, Sequence[Sequence[Response]]],
-                     round_idx: int, step: int) -> list[dict]:
+    def public_steps(
+        self, batch: Sequence[Row], groups: Mapping[int, Sequence[Sequence[Response]]], round_idx: int, step: int
+    ) -> list[dict]:
         """One GRPO step per client id in `groups` on the group the server swapped together for it."""
         pids = [self.prompt_ids(as_row(row)) for row in batch]
         out = []
@@ -411,19 +480,23 @@ class ClientCore(GossipPeer):
     def apply_download(self, download: dict, weights: Mapping[int, float], round_idx: int) -> list[dict]:
         """Every hosted client applies the server's download to the round-start adapter (the same for all)."""
         with self.timer.phase("avg"):
-            new = self.trainer.strategy.apply_download(self.trainer.anchor, download,
-                                                       Context(self.cfg.seed, round_idx, None))
+            new = self.trainer.strategy.apply_download(
+                self.trainer.anchor, download, Context(self.cfg.seed, round_idx, None)
+            )
         return self.finish_average(new, weights)
 
     def finish_average(self, averaged: Adapter, weights: Mapping[int, float]) -> list[dict]:
-        drift = [{"client": cid, "drift_sq": squared_distance(self.clients[cid].adapter, averaged).item()}
-                 for cid in sorted(weights)]
+        drift = [
+            {"client": cid, "drift_sq": squared_distance(self.clients[cid].adapter, averaged).item()}
+            for cid in sorted(weights)
+        ]
         self.set_global(averaged)
         return drift
 
     @timed_call
-    def evaluate(self, rows: Sequence[Row], round_idx: int, adapter: Adapter | None = None,
-                 index: Sequence[int] | None = None) -> dict:
+    def evaluate(
+        self, rows: Sequence[Row], round_idx: int, adapter: Adapter | None = None, index: Sequence[int] | None = None
+    ) -> dict:
         """The global adapter's (or `adapter`'s: the decentralized clients' average) `eval_n` responses per
         test prompt: {"rewards": per prompt, "in_format": per prompt}. `index`: the rows' positions in the
         test set, which seed their sampling, so a score does not depend on how many actors share the test
@@ -437,23 +510,33 @@ class ClientCore(GossipPeer):
             client.adapter = target
             self._sync_engine(client.id)
         try:
-            ((_, groups),) = self._rollout([(client.id, rows)], self.cfg.eval_n, self.cfg.grpo.val_temperature,
-                                           ("eval", round_idx), phase="eval", seed_index=index)
+            ((_, groups),) = self._rollout(
+                [(client.id, rows)],
+                self.cfg.eval_n,
+                self.cfg.grpo.val_temperature,
+                ("eval", round_idx),
+                phase="eval",
+                seed_index=index,
+            )
         finally:
             if own is not target:
                 client.adapter = own
                 self._sync_engine(client.id)
-        return {"rewards": [[r.reward for r in g] for g in groups],
-                "in_format": [[in_format(r.text, self.cfg.data.verifier) for r in g] for g in groups]}
+        return {
+            "rewards": [[r.reward for r in g] for g in groups],
+            "in_format": [[in_format(r.text, self.cfg.data.verifier) for r in g] for g in groups],
+        }
 
     def engine_logprobs(self, token_ids: Sequence[int], cid: int | None = None) -> list[float]:
         return self.engine.prompt_logprobs(token_ids, key=self.ids[0] if cid is None else cid)
 
-    def trainer_logprobs(self, prompt_ids: Sequence[int], response_ids: Sequence[int],
-                         cid: int | None = None, temperature: float = 1.0) -> list[float]:
+    def trainer_logprobs(
+        self, prompt_ids: Sequence[int], response_ids: Sequence[int], cid: int | None = None, temperature: float = 1.0
+    ) -> list[float]:
         self._activate(self.ids[0] if cid is None else cid)
-        return self.trainer.response_logprobs([Sample(tuple(prompt_ids), tuple(response_ids), 0.0)],
-                                              temperature)[0].tolist()
+        return self.trainer.response_logprobs([Sample(tuple(prompt_ids), tuple(response_ids), 0.0)], temperature)[
+            0
+        ].tolist()
 
 
 # A client actor that dies (killed process, lost node) is restarted by Ray: its constructor runs again with
@@ -493,8 +576,9 @@ class ClientActor(ClientCore):
         ones = torch.ones(1, device=self._flat_device)
         col.allreduce(ones, group_name=group_name)
         if ones.item() != world_size:
-            raise RuntimeError(f"the {backend} group's warm-up allreduce of ones over {world_size} actors gave "
-                               f"{ones.item()}")
+            raise RuntimeError(
+                f"the {backend} group's warm-up allreduce of ones over {world_size} actors gave {ones.item()}"
+            )
 
     @timed_call
     def allreduce_average(self, weights: Mapping[int, float], round_idx: int = 0) -> dict:
@@ -512,5 +596,7 @@ class ClientActor(ClientCore):
             flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
             col.allreduce(flat, group_name=self._group)
             averaged = {**self.trainer.anchor, **unflatten(flat.cpu(), spec)}  # unsent tensors: unchanged
-        return {"clients": self.finish_average(averaged, weights),
-                "averaged": averaged if col.get_rank(self._group) == 0 else None}
+        return {
+            "clients": self.finish_average(averaged, weights),
+            "averaged": averaged if col.get_rank(self._group) == 0 else None,
+        }

@@ -26,8 +26,9 @@ def choose_backend(requested: str, gpus_per_actor: float) -> str:
     if requested not in BACKENDS:
         raise CollectiveSetupError(f"resources.collective_backend must be one of {BACKENDS}, got {requested!r}")
     if requested == "nccl" and gpus_per_actor <= 0:
-        raise CollectiveSetupError("resources.collective_backend=nccl needs GPUs (resources.gpus_per_client > 0); "
-                                   "use gloo on CPU clusters")
+        raise CollectiveSetupError(
+            "resources.collective_backend=nccl needs GPUs (resources.gpus_per_client > 0); use gloo on CPU clusters"
+        )
     return requested
 
 
@@ -37,7 +38,8 @@ def check_backend_deps(backend: str, node: dict) -> None:
         raise CollectiveSetupError(
             f"resources.collective_backend=nccl needs cupy on every GPU node, and node {node.get('host', '?')} has "
             f"none ({node.get('cupy_error', 'not importable')}): pip install '{CUPY_PACKAGE}' there (the project's "
-            "`nccl` extra), or use resources.collective_backend=gloo")
+            "`nccl` extra), or use resources.collective_backend=gloo"
+        )
 
 
 def tensor_device(backend: str) -> str:

@@ -42,8 +42,7 @@ def _gone(p: psutil.Process) -> bool:
 class EngineWatchdog:
     """Watches `procs`; calls `on_death(line)` once if one of them ends before `stop()`."""
 
-    def __init__(self, procs: list[psutil.Process], on_death: Callable[[str], None] | None = None,
-                 poll_s: float = 1.0):
+    def __init__(self, procs: list[psutil.Process], on_death: Callable[[str], None] | None = None, poll_s: float = 1.0):
         self.procs = list(procs)
         self.names = {p.pid: _name(p) for p in self.procs}
         self.poll_s = poll_s
@@ -58,9 +57,11 @@ class EngineWatchdog:
             dead = [p for p in self.procs if _gone(p)]
             if dead and not self._stop.is_set():
                 p = dead[0]
-                self.on_death(f"vLLM engine process {p.pid} ({self.names[p.pid]}) of this client actor (pid {os.getpid()}) "
-                              "exited; the actor exits too, so that it is restarted with a fresh engine and the "
-                              "round is redone")
+                self.on_death(
+                    f"vLLM engine process {p.pid} ({self.names[p.pid]}) of this client actor (pid {os.getpid()}) "
+                    "exited; the actor exits too, so that it is restarted with a fresh engine and the "
+                    "round is redone"
+                )
                 return
 
     def stop(self) -> None:

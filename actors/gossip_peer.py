@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from pubswap.faults import maybe_crash
 from pubswap.aggregation.payload import dense, payload_bytes
+from pubswap.faults import maybe_crash
 from pubswap.gossip import SeedMessage, apply_messages, choco_consensus, choco_message, make_compressor, mix_row
 from pubswap.lora import Adapter, flatten
 from pubswap.seeding import derive_seed
@@ -75,8 +75,9 @@ class GossipPeer:
                     out.append(choco_message(x, self._public(cid), self.compress, gen))
         return out[0] if len(out) == 1 else tuple(out)
 
-    def gossip_apply(self, round_idx: int, step: int, rows: Mapping[int, Mapping[int, float]],
-                     need: Sequence[int], *payloads) -> dict:
+    def gossip_apply(
+        self, round_idx: int, step: int, rows: Mapping[int, Mapping[int, float]], need: Sequence[int], *payloads
+    ) -> dict:
         """Mix (DSGD) or take the consensus step (CHOCO) for the hosted clients in `rows`; returns each
         one's bytes sent and received and this actor's share of the consensus distance."""
         got = dict(zip(need, payloads))
@@ -87,8 +88,9 @@ class GossipPeer:
                 for j in need:  # every holder of xh_j applies q_j once
                     self.public[j] = {k: v + dense(got[j][k]) for k, v in self._public(j).items()}
                 gamma = self.cfg.federation.choco_gamma
-                new = {i: choco_consensus(self.clients[i].adapter, i, row, self.public, gamma)
-                       for i, row in rows.items()}
+                new = {
+                    i: choco_consensus(self.clients[i].adapter, i, row, self.public, gamma) for i, row in rows.items()
+                }
             sizes = {j: payload_bytes(p) for j, p in got.items()}
             report = []
             for i, x in new.items():
@@ -140,16 +142,21 @@ class GossipPeer:
 
     def hosted_states(self) -> dict:
         """Every hosted client's own tensors (LoRA or all weights), and (CHOCO) the public copy it owns."""
-        return {"x": {i: c.adapter for i, c in self.clients.items()},
-                "public": {i: self.public[i] for i in self.clients if i in self.public}}
+        return {
+            "x": {i: c.adapter for i, c in self.clients.items()},
+            "public": {i: self.public[i] for i in self.clients if i in self.public},
+        }
 
     def load_states(self, states: Mapping) -> None:
         """Resume or restart: the clients' tensors and the public copies they need, from a checkpoint."""
         for i, client in self.clients.items():
             client.adapter = {k: v.clone() for k, v in states["x"][i].items()}
             self._sync_engine(i)
-        self.public = {j: {k: v.clone() for k, v in states["public"][j].items()}
-                       for j in self.need if j in states.get("public", {})}
+        self.public = {
+            j: {k: v.clone() for k, v in states["public"][j].items()}
+            for j in self.need
+            if j in states.get("public", {})
+        }
         self._active = None
 
     def start_round(self) -> None:

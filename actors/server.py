@@ -39,18 +39,20 @@ class ServerActor:
             raise ValueError(f"uploads from clients {cids} do not match the participants {sorted(weights)}")
         ctx = Context(self.cfg.seed, round_idx, None)
         download = strategy.server_aggregate(start, [by_client[c] for c in cids], [weights[c] for c in cids], ctx)
-        return download, {"adapter": strategy.apply_download(start, download, ctx),
-                          "upload_bytes": {c: payload_bytes(by_client[c]) for c in cids},
-                          "download_bytes": {c: strategy.download_bytes(download, self.cfg.lora.reduced_rank(c)) for c in cids}}
+        return download, {
+            "adapter": strategy.apply_download(start, download, ctx),
+            "upload_bytes": {c: payload_bytes(by_client[c]) for c in cids},
+            "download_bytes": {c: strategy.download_bytes(download, self.cfg.lora.reduced_rank(c)) for c in cids},
+        }
 
     def public_batch(self, round_idx: int, step: int) -> list[Row]:
         b = self.cfg.grpo.b
-        idx = rng(self.cfg.seed, "public_batch", round_idx, step).choice(len(self.public), size=b,
-                                                                          replace=len(self.public) < b)
+        idx = rng(self.cfg.seed, "public_batch", round_idx, step).choice(
+            len(self.public), size=b, replace=len(self.public) < b
+        )
         return [self.public[int(i)] for i in idx]
 
-    def swap(self, round_idx: int, step: int, batch: list[Row], by_actor: list[list[int]],
-             *answers: dict) -> dict:
+    def swap(self, round_idx: int, step: int, batch: list[Row], by_actor: list[list[int]], *answers: dict) -> dict:
         """Pool the participants' public responses, apply the method's rule, put each actor's groups.
 
         `by_actor[a]` lists the participants hosted by the a-th actor that answered; `answers[a]` is its
@@ -70,11 +72,17 @@ class ServerActor:
         by_client = dict(zip(cids, groups))
         # who generated each response a client will train on, and whether it was correct
         provenance = [[[(r.origin, r.correct) for r in g] for g in per_client] for per_client in groups]
-        text_bytes = sum(len(r.text.encode()) + 4 * len(r.token_ids) + 8 * len(r.logprobs)
-                         for c in pool for g in c for r in g)
-        return {"groups": [ray.put({c: by_client[c] for c in ids}) for ids in by_actor], "clients": cids,
-                "swapped_in": stats.swapped_in, "missing_donors": stats.missing_donors, "pool_bytes": text_bytes,
-                "provenance": provenance}
+        text_bytes = sum(
+            len(r.text.encode()) + 4 * len(r.token_ids) + 8 * len(r.logprobs) for c in pool for g in c for r in g
+        )
+        return {
+            "groups": [ray.put({c: by_client[c] for c in ids}) for ids in by_actor],
+            "clients": cids,
+            "swapped_in": stats.swapped_in,
+            "missing_donors": stats.missing_donors,
+            "pool_bytes": text_bytes,
+            "provenance": provenance,
+        }
 
     def test_shards(self, n: int) -> list[list[Row]]:
         return [self.test[i::n] for i in range(n)]

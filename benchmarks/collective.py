@@ -53,8 +53,9 @@ def main() -> None:
 
     ray.init(include_dashboard=False, num_cpus=max(2, args.actors))
     gpus = 1 if args.backend == "nccl" else 0
-    members = [Member.options(num_gpus=gpus).remote(args.elements, r, args.actors, args.backend)
-               for r in range(args.actors)]
+    members = [
+        Member.options(num_gpus=gpus).remote(args.elements, r, args.actors, args.backend) for r in range(args.actors)
+    ]
     times = []
     for _ in range(args.repeats):
         times.append(max(ray.get([m.allreduce.remote() for m in members])))
@@ -73,8 +74,11 @@ def main() -> None:
     flatten_s = time.perf_counter() - t
     mib = args.elements * 4 / 2**20
     print(" ".join(f"{x:.3f}" for x in times))
-    print(f"backend={args.backend} actors={args.actors} size_mib={mib:.0f} allreduce_median_s={statistics.median(times):.3f} "
-          f"flatten_unflatten_s={flatten_s:.3f}")
+    print(
+        f"backend={args.backend} actors={args.actors} size_mib={mib:.0f} "
+        f"allreduce_median_s={statistics.median(times):.3f} "
+        f"flatten_unflatten_s={flatten_s:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -36,10 +36,26 @@ SHAPES = {
     "qwen2-7b": (3584, 18944, 28, 3584, 512),
     "llama3.2-3b": "llama-3.2-3b-instruct.json",
 }
-LEADERBOARD = {"qwen2-7b": {"fedit": 616, "ffa-lora": 308, "flexlora": 616, "fed-dare": 158, "fedsrd": 61,
-                            "fedsrd-e": 61, "fedicu": 472},
-               "llama3.2-3b": {"fedit": 742, "ffa-lora": 371, "flexlora": 742, "fed-dare": 190, "fedsrd": 74,
-                               "fedsrd-e": 74, "fedicu": 568}}
+LEADERBOARD = {
+    "qwen2-7b": {
+        "fedit": 616,
+        "ffa-lora": 308,
+        "flexlora": 616,
+        "fed-dare": 158,
+        "fedsrd": 61,
+        "fedsrd-e": 61,
+        "fedicu": 472,
+    },
+    "llama3.2-3b": {
+        "fedit": 742,
+        "ffa-lora": 371,
+        "flexlora": 742,
+        "fed-dare": 190,
+        "fedsrd": 74,
+        "fedsrd-e": 74,
+        "fedicu": 568,
+    },
+}
 
 
 def shape_of(spec) -> tuple[int, int, int, int, int]:
@@ -47,21 +63,33 @@ def shape_of(spec) -> tuple[int, int, int, int, int]:
         return spec
     c = json.loads((REPO / "configs" / "models" / spec).read_text())
     head = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    return (c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["num_attention_heads"] * head,
-            c["num_key_value_heads"] * head)
+    return (
+        c["hidden_size"],
+        c["intermediate_size"],
+        c["num_hidden_layers"],
+        c["num_attention_heads"] * head,
+        c["num_key_value_heads"] * head,
+    )
 
 
 def block(hidden, inter, q, kv) -> list[tuple[str, int, int]]:
     """(name, d_out, m_in) of a decoder block's linear layers."""
-    return [("q", q, hidden), ("k", kv, hidden), ("v", kv, hidden), ("o", hidden, q),
-            ("gate", inter, hidden), ("up", inter, hidden), ("down", hidden, inter)]
+    return [
+        ("q", q, hidden),
+        ("k", kv, hidden),
+        ("v", kv, hidden),
+        ("o", hidden, q),
+        ("gate", inter, hidden),
+        ("up", inter, hidden),
+        ("down", hidden, inter),
+    ]
 
 
 def one_block(modules, r: int, clients: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     start = {}
     for name, d, m in modules:
-        start[f"{name}.lora_A.weight"] = (torch.rand(r, m, generator=g) * 2 - 1) / m ** 0.5
+        start[f"{name}.lora_A.weight"] = (torch.rand(r, m, generator=g) * 2 - 1) / m**0.5
         start[f"{name}.lora_B.weight"] = torch.randn(d, r, generator=g) * 0.01
     trained = [{k: v + 1e-3 * torch.randn(v.shape, generator=g) for k, v in start.items()} for _ in range(clients)]
     return start, trained
@@ -72,17 +100,23 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--models", nargs="*", default=list(SHAPES))
     args = ap.parse_args()
-    mib = 2 ** 20
+    mib = 2**20
     for model in args.models:
         hidden, inter, layers, q, kv = shape_of(SHAPES[model])
-        ranks = {"smollm2-135m (default run)": [8], "qwen3-1.7b": [32], "qwen2-7b": [32], "llama3.2-3b": [32, 64]}[model]
+        ranks = {"smollm2-135m (default run)": [8], "qwen3-1.7b": [32], "qwen2-7b": [32], "llama3.2-3b": [32, 64]}[
+            model
+        ]
         for r in ranks:
             start, trained = one_block(block(hidden, inter, q, kv), r, args.clients)
             values = sum(v.numel() for v in start.values()) * layers
-            print(f"\n{model}, LoRA r={r} on all 7 linear layers x {layers} blocks: {values / 1e6:.1f}M values "
-                  f"({values * 4 / mib:.1f} MiB fp32); {args.clients} clients, bytes per client per round")
-            print(f"  {'strategy':<10} {'up MiB':>8} {'down MiB':>9} {'up+down':>8} {'vs fedit':>9} "
-                  f"{'server s/round':>15} {'leaderboard MB':>15}")
+            print(
+                f"\n{model}, LoRA r={r} on all 7 linear layers x {layers} blocks: {values / 1e6:.1f}M values "
+                f"({values * 4 / mib:.1f} MiB fp32); {args.clients} clients, bytes per client per round"
+            )
+            print(
+                f"  {'strategy':<10} {'up MiB':>8} {'down MiB':>9} {'up+down':>8} {'vs fedit':>9} "
+                f"{'server s/round':>15} {'leaderboard MB':>15}"
+            )
             base = None
             for name, cls in STRATEGIES.items():
                 s = cls()
@@ -98,8 +132,10 @@ def main() -> None:
                     down_b = res_b.download_bytes[0] * layers / mib
                     down = (down + down_b) / 2  # mean over an A round and a B round
                 lb = LEADERBOARD.get(model, {}).get(name) if (model != "llama3.2-3b" or r == 64) else None
-                print(f"  {name:<10} {up:>8.2f} {down:>9.2f} {up + down:>8.2f} {(up + down) / base:>8.1%} "
-                      f"{'-' if s.linear else f'{took:.1f}':>15} {lb if lb is not None else '-':>15}")
+                print(
+                    f"  {name:<10} {up:>8.2f} {down:>9.2f} {up + down:>8.2f} {(up + down) / base:>8.1%} "
+                    f"{'-' if s.linear else f'{took:.1f}':>15} {lb if lb is not None else '-':>15}"
+                )
 
 
 if __name__ == "__main__":

@@ -39,13 +39,33 @@ def one(model_dir: Path, out: Path, n: int, topology: str, method: str, actors: 
     from jobs.train import init_ray
 
     tasks = "data.tasks={basic_arithmetic: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}"
-    cfg = load_config(None, [f"model.path={model_dir}", "model.dtype=float32", "model.max_prompt_len=96",
-                             "model.max_response_len=1", "lora.r=8", "lora.alpha=16", "grpo.K=2", "grpo.b=1",
-                             "data.reward_mode=lenient", tasks, "data.per_client=4", "data.public_size=4",
-                             "data.test_size=4", "rollout.backend=hf", "resources.cpus_per_client=0.5",
-                             f"resources.num_actors={actors}", f"federation.method={method}",
-                             f"federation.num_clients={n}", f"federation.topology={topology}", "federation.rounds=1",
-                             "federation.tau=1", f"run_dir={out / f'{method}_{topology}_{n}'}"])
+    cfg = load_config(
+        None,
+        [
+            f"model.path={model_dir}",
+            "model.dtype=float32",
+            "model.max_prompt_len=96",
+            "model.max_response_len=1",
+            "lora.r=8",
+            "lora.alpha=16",
+            "grpo.K=2",
+            "grpo.b=1",
+            "data.reward_mode=lenient",
+            tasks,
+            "data.per_client=4",
+            "data.public_size=4",
+            "data.test_size=4",
+            "rollout.backend=hf",
+            "resources.cpus_per_client=0.5",
+            f"resources.num_actors={actors}",
+            f"federation.method={method}",
+            f"federation.num_clients={n}",
+            f"federation.topology={topology}",
+            "federation.rounds=1",
+            "federation.tau=1",
+            f"run_dir={out / f'{method}_{topology}_{n}'}",
+        ],
+    )
     split = build_split(cfg, str(model_dir))
     mem = PeakMemory()
     init_ray()
@@ -61,9 +81,17 @@ def one(model_dir: Path, out: Path, n: int, topology: str, method: str, actors: 
         ray.shutdown()
     gib = mem.stop()
     b = record["bytes"]
-    return {"n": n, "topology": topology, "method": method, "round_s": round_s,
-            "gossip_s": record["time"].get("avg_s", 0.0), "mib_per_client": gib * 1024 / n,
-            "sent": sum(b["upload"]) / n, "received": sum(b["download"]) / n, "consensus": record["consensus"][-1]}
+    return {
+        "n": n,
+        "topology": topology,
+        "method": method,
+        "round_s": round_s,
+        "gossip_s": record["time"].get("avg_s", 0.0),
+        "mib_per_client": gib * 1024 / n,
+        "sent": sum(b["upload"]) / n,
+        "received": sum(b["download"]) / n,
+        "consensus": record["consensus"][-1],
+    }
 
 
 def main() -> None:
@@ -76,15 +104,21 @@ def main() -> None:
 
     out = Path(tempfile.mkdtemp(prefix="decentral_scale_"))
     model_dir = build_tiny_model(out / "model", digits_only=True)
-    print(f"{'clients':>7} {'topology':>9} {'method':>13} {'round s':>8} {'gossip s':>8} {'MiB/client':>10} "
-          f"{'sent B/client':>13} {'recv B/client':>13} {'consensus':>10}", flush=True)
+    print(
+        f"{'clients':>7} {'topology':>9} {'method':>13} {'round s':>8} {'gossip s':>8} {'MiB/client':>10} "
+        f"{'sent B/client':>13} {'recv B/client':>13} {'consensus':>10}",
+        flush=True,
+    )
     for n in args.sizes:
         for topology in ("ring", "meshgrid"):
             for method in args.methods:
                 r = one(model_dir, out, n, topology, method, args.actors)
-                print(f"{n:>7} {topology:>9} {method:>13} {r['round_s']:>8.1f} {r['gossip_s']:>8.2f} "
-                      f"{r['mib_per_client']:>10.1f} {r['sent']:>13,.0f} {r['received']:>13,.0f} "
-                      f"{r['consensus']:>10.2e}", flush=True)
+                print(
+                    f"{n:>7} {topology:>9} {method:>13} {r['round_s']:>8.1f} {r['gossip_s']:>8.2f} "
+                    f"{r['mib_per_client']:>10.1f} {r['sent']:>13,.0f} {r['received']:>13,.0f} "
+                    f"{r['consensus']:>10.2e}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

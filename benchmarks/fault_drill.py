@@ -40,8 +40,13 @@ def run(cfg_path: Path, fault: dict | None, fault_file: Path, log: Path) -> tupl
         env[ENV] = str(fault_file)
     t = time.perf_counter()
     with open(log, "a") as fh:
-        proc = subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(cfg_path)], cwd=REPO, env=env,
-                              stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            [sys.executable, "-m", "jobs.train", "--config", str(cfg_path)],
+            cwd=REPO,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     return proc.returncode, time.perf_counter() - t
 
 

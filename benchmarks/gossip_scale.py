@@ -27,13 +27,32 @@ from pubswap.gossip import Choco, SeedMessage, apply_messages, flood, flood_peri
 from pubswap.topology import make_topology  # noqa: E402
 
 MODELS = {  # name -> list of (rows, cols) LoRA tensors
-    "smollm2-lora": [s for _ in range(30) for d, m in ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576),
-                                                        (1536, 576), (576, 1536)) for s in ((8, m), (d, 8))],
+    "smollm2-lora": [
+        s
+        for _ in range(30)
+        for d, m in ((576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536))
+        for s in ((8, m), (d, 8))
+    ],
     # every weight of SmolLM2-135M (tied embeddings; norms as (576, 1)): 134.5M values, 513 MiB a client
-    "smollm2-full": [(49152, 576), (576, 1)] + [s for _ in range(30) for s in (
-        (576, 576), (192, 576), (192, 576), (576, 576), (1536, 576), (1536, 576), (576, 1536), (576, 1), (576, 1))],
-    "small-lora": [s for _ in range(2) for d, m in ((64, 64),) * 4 + ((128, 64), (128, 64), (64, 128))
-                  for s in ((8, m), (d, 8))],
+    "smollm2-full": [(49152, 576), (576, 1)]
+    + [
+        s
+        for _ in range(30)
+        for s in (
+            (576, 576),
+            (192, 576),
+            (192, 576),
+            (576, 576),
+            (1536, 576),
+            (1536, 576),
+            (576, 1536),
+            (576, 1),
+            (576, 1),
+        )
+    ],
+    "small-lora": [
+        s for _ in range(2) for d, m in ((64, 64),) * 4 + ((128, 64), (128, 64), (64, 128)) for s in ((8, m), (d, 8))
+    ],
 }
 
 
@@ -45,12 +64,16 @@ def main() -> None:
     args = ap.parse_args()
     shapes = MODELS[args.model]
     values = sum(r * c for r, c in shapes)
-    mib = 2 ** 20
-    print(f"{args.model}: {len(shapes)} tensors, {values / 1e6:.2f}M fp32 values ({values * 4 / mib:.1f} MiB) per client")
+    mib = 2**20
+    print(
+        f"{args.model}: {len(shapes)} tensors, {values / 1e6:.2f}M fp32 values ({values * 4 / mib:.1f} MiB) per client"
+    )
     if args.model.endswith("-full"):
         return full_model(shapes, values, args.sizes, args.mem_gib)
-    print(f"{'clients':>7} {'topology':>9} {'method':>10} {'s/round':>8} {'ms/client':>9} {'MiB held/client':>15} "
-          f"{'bytes sent/client':>17} {'diam':>4} {'gap':>7}")
+    print(
+        f"{'clients':>7} {'topology':>9} {'method':>10} {'s/round':>8} {'ms/client':>9} {'MiB held/client':>15} "
+        f"{'bytes sent/client':>17} {'diam':>4} {'gap':>7}"
+    )
     for n in args.sizes:
         gen = torch.Generator().manual_seed(0)
         xs = [{f"t{i}": torch.randn(s, generator=gen) * 0.01 for i, s in enumerate(shapes)} for _ in range(n)]
@@ -75,8 +98,10 @@ def main() -> None:
                 apply_messages(xs[i], [m for m in held[i]])
             rows.append(("seedflood", time.perf_counter() - t, values * 4, sum(sent) / n))
             for method, secs, mem, sent_b in rows:
-                print(f"{n:>7} {kind:>9} {method:>10} {secs:>8.2f} {1000 * secs / n:>9.1f} {mem / mib:>15.1f} "
-                      f"{sent_b:>17,.0f} {g.diameter():>4} {g.spectral_gap():>7.4f}")
+                print(
+                    f"{n:>7} {kind:>9} {method:>10} {secs:>8.2f} {1000 * secs / n:>9.1f} {mem / mib:>15.1f} "
+                    f"{sent_b:>17,.0f} {g.diameter():>4} {g.spectral_gap():>7.4f}"
+                )
 
 
 def full_model(shapes: list[tuple[int, int]], values: int, sizes: list[int], mem_gib: float) -> None:
@@ -86,9 +111,11 @@ def full_model(shapes: list[tuple[int, int]], values: int, sizes: list[int], mem
     messages of a step (one Gaussian direction over all weights regenerated per message).
     "GiB needed": all n clients' copies for DSGD / CHOCO, in one process; for SeedFlood an actor's
     shared copy and the copy a flood builds."""
-    gib = 2 ** 30
-    print(f"{'clients':>7} {'topology':>9} {'method':>10} {'s/flood':>8} {'ms/client':>9} {'GiB needed':>14} "
-          f"{'bytes sent/client':>17} {'diam':>4}")
+    gib = 2**30
+    print(
+        f"{'clients':>7} {'topology':>9} {'method':>10} {'s/flood':>8} {'ms/client':>9} {'GiB needed':>14} "
+        f"{'bytes sent/client':>17} {'diam':>4}"
+    )
     gen = torch.Generator().manual_seed(0)
     x = {f"t{i}": torch.randn(s, generator=gen) * 0.01 for i, s in enumerate(shapes)}
     for n in sizes:
@@ -98,24 +125,33 @@ def full_model(shapes: list[tuple[int, int]], values: int, sizes: list[int], mem
             for method, copies in (("dsgd", 2 * n), ("chocosgd", n * (3 + deg))):
                 need = copies * values * 4 / gib
                 if need > mem_gib:
-                    print(f"{n:>7} {kind:>9} {method:>10} {'-':>8} {'-':>9} {need:>14.1f} "
-                          f"{'(does not fit in %g GiB)' % mem_gib:>17} {g.diameter():>4}")
+                    print(
+                        f"{n:>7} {kind:>9} {method:>10} {'-':>8} {'-':>9} {need:>14.1f} "
+                        f"{f'(does not fit in {mem_gib:g} GiB)':>17} {g.diameter():>4}"
+                    )
                 elif method == "dsgd":
                     xs = [{k: v + 1e-4 * i for k, v in x.items()} for i in range(n)]
                     t = time.perf_counter()
                     mixed = mix(g.mixing(), xs, g)
                     secs = time.perf_counter() - t
                     del xs, mixed
-                    print(f"{n:>7} {kind:>9} {method:>10} {secs:>8.1f} {1000 * secs / n:>9.0f} {need:>14.1f} "
-                          f"{values * 4 * deg:>17,.0f} {g.diameter():>4}", flush=True)
+                    print(
+                        f"{n:>7} {kind:>9} {method:>10} {secs:>8.1f} {1000 * secs / n:>9.0f} {need:>14.1f} "
+                        f"{values * 4 * deg:>17,.0f} {g.diameter():>4}",
+                        flush=True,
+                    )
                 else:
                     raise SystemExit(f"--mem-gib {mem_gib}: measuring {method} at this size is not implemented")
             hops, sent, _ = flood_period(g, [[SeedMessage(1, i, i, 1e-3)] for i in range(n)])
             t = time.perf_counter()
             apply_messages(x, [SeedMessage(1, i, i, 1e-3) for i in range(n)])
             secs = time.perf_counter() - t
-            print(f"{n:>7} {kind:>9} {'seedflood':>10} {secs:>8.1f} {1000 * secs / n:>9.0f} {2 * values * 4 / gib:>14.1f} "
-                  f"{sum(sent) / n:>17,.0f} {g.diameter():>4}", flush=True)
+            print(
+                f"{n:>7} {kind:>9} {'seedflood':>10} {secs:>8.1f} {1000 * secs / n:>9.0f} "
+                f"{2 * values * 4 / gib:>14.1f} "
+                f"{sum(sent) / n:>17,.0f} {g.diameter():>4}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -17,11 +17,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-MODELS = [("qwen3-1.7b", "qwen3-1.7b.json", ["all-linear"], 8),
-          ("qwen2.5-math-1.5b", "qwen2.5-math-1.5b.json", ["all-linear"], 8),
-          ("qwen3-4b-instruct", "qwen3-4b-instruct-2507.json", ["all-linear"], 4),
-          ("llama3.2-3b-instruct", "llama-3.2-3b-instruct.json",
-           ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], 8)]
+MODELS = [
+    ("qwen3-1.7b", "qwen3-1.7b.json", ["all-linear"], 8),
+    ("qwen2.5-math-1.5b", "qwen2.5-math-1.5b.json", ["all-linear"], 8),
+    ("qwen3-4b-instruct", "qwen3-4b-instruct-2507.json", ["all-linear"], 4),
+    (
+        "llama3.2-3b-instruct",
+        "llama-3.2-3b-instruct.json",
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        8,
+    ),
+]
 
 
 def main() -> None:
@@ -33,8 +39,10 @@ def main() -> None:
 
     from pubswap.gpu_budget import GIB, GpuBudgetError, engine_need, model_shape, split_gpu, trainer_need
 
-    print(f"| model | params | LoRA params (MiB fp32) | trainer GiB (weights / LoRA+AdamW / activations / logits / "
-          f"CUDA) | engine min GiB | 1 actor per {args.card_gib:g} GiB card | 2 actors per card |")
+    print(
+        f"| model | params | LoRA params (MiB fp32) | trainer GiB (weights / LoRA+AdamW / activations / logits / "
+        f"CUDA) | engine min GiB | 1 actor per {args.card_gib:g} GiB card | 2 actors per card |"
+    )
     print("|---|---|---|---|---|---|---|")
     for name, cfg, targets, _b in MODELS:
         shape = model_shape(str(REPO / "configs" / "models" / cfg), 32, 64, targets)
@@ -48,8 +56,11 @@ def main() -> None:
             except GpuBudgetError:
                 fits.append("no")
         parts = " / ".join(f"{v / GIB:.1f}" for v in t.values())
-        print(f"| {name} | {shape.params / 1e9:.2f}B | {shape.lora_params / 1e6:.1f}M ({shape.lora_params * 4 / 2**20:.0f}) "
-              f"| {sum(t.values()) / GIB:.1f} ({parts}) | {sum(e.values()) / GIB:.1f} | {fits[0]} | {fits[1]} |")
+        print(
+            f"| {name} | {shape.params / 1e9:.2f}B "
+            f"| {shape.lora_params / 1e6:.1f}M ({shape.lora_params * 4 / 2**20:.0f}) "
+            f"| {sum(t.values()) / GIB:.1f} ({parts}) | {sum(e.values()) / GIB:.1f} | {fits[0]} | {fits[1]} |"
+        )
 
 
 if __name__ == "__main__":

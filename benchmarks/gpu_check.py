@@ -41,6 +41,7 @@ def part(fn):
             traceback.print_exc()
             result(fn.__name__, status="failed", error=repr(str(e)[:300]))
         print(f"({fn.__name__}: {time.perf_counter() - t:.1f}s)", flush=True)
+
     return run
 
 
@@ -59,9 +60,13 @@ def _samples(n: int, prompt_len: int, response_len: int, vocab: int, seed: int =
     out = []
     for i in range(n):
         r = response_len if not ragged else max(1, int(response_len * (0.2 + 0.8 * (i % 5) / 4)))
-        out.append(Sample(tuple(torch.randint(0, vocab, (prompt_len,), generator=g).tolist()),
-                          tuple(torch.randint(0, vocab, (r,), generator=g).tolist()),
-                          advantage=float(torch.randn((), generator=g))))
+        out.append(
+            Sample(
+                tuple(torch.randint(0, vocab, (prompt_len,), generator=g).tolist()),
+                tuple(torch.randint(0, vocab, (r,), generator=g).tolist()),
+                advantage=float(torch.randn((), generator=g)),
+            )
+        )
     return out
 
 
@@ -73,8 +78,16 @@ def _qwen3(args, dtype):
 
     fields = json.loads((REPO / "configs" / "models" / "qwen3-1.7b.json").read_text())
     if args.smoke:  # the same architecture, toy sizes
-        fields.update(hidden_size=64, intermediate_size=128, num_hidden_layers=2, max_window_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=32, vocab_size=args.vocab)
+        fields.update(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            max_window_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            vocab_size=args.vocab,
+        )
     cfg = AutoConfig.for_model(**fields)
     torch.manual_seed(0)
     with torch.device(_device()):
@@ -92,10 +105,22 @@ def exactness(args):
 
     def run(budget):
         torch.manual_seed(0)
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128,
-                                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
-        t = LoraGRPOTrainer(model, LoraConfig(r=8, alpha=16),
-                            GRPOConfig(lr=1e-4, micro_batch_tokens=budget, kl_coef=0.05), device=_device())
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=1000,
+                hidden_size=64,
+                intermediate_size=128,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+            )
+        )
+        t = LoraGRPOTrainer(
+            model,
+            LoraConfig(r=8, alpha=16),
+            GRPOConfig(lr=1e-4, micro_batch_tokens=budget, kl_coef=0.05),
+            device=_device(),
+        )
         torch.manual_seed(3)
         t.set_adapter({k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()})
         t.step(_samples(12, 20, 60, 1000, ragged=True))
@@ -118,8 +143,9 @@ def _paper_step(args, deterministic: bool = False, repeats: int = 1):
     from pubswap.trainer import LoraGRPOTrainer
 
     model, cfg = _qwen3(args, torch.bfloat16)
-    grpo = GRPOConfig(micro_batch_tokens=args.micro_batch_tokens, logprob_chunk=args.logprob_chunk,
-                      gradient_checkpointing=True)
+    grpo = GRPOConfig(
+        micro_batch_tokens=args.micro_batch_tokens, logprob_chunk=args.logprob_chunk, gradient_checkpointing=True
+    )
     trainer = LoraGRPOTrainer(model, LoraConfig(r=32, alpha=64), grpo, device=_device())
     samples = _samples(args.seqs, args.prompt_len, args.response_len, cfg.vocab_size)
     start = trainer.adapter()
@@ -146,11 +172,19 @@ def paper_step(args):
     tokens = args.seqs * (args.prompt_len + args.response_len)
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
     reserved = torch.cuda.max_memory_reserved() / 2**30 if torch.cuda.is_available() else float("nan")
-    result("paper_step", model="qwen3-1.7b-arch" + ("-smoke" if args.smoke else ""), seqs=args.seqs,
-           tokens_per_seq=args.prompt_len + args.response_len, vocab=cfg.vocab_size,
-           micro_batches=metrics["micro_batches"], peak_alloc_gib=f"{peak:.1f}", peak_reserved_gib=f"{reserved:.1f}",
-           step_s=f"{times[0]:.1f}", trained_tokens_per_s=f"{tokens * 2 / times[0]:.0f}",
-           all_tokens_per_s=f"{tokens / times[0]:.0f}")
+    result(
+        "paper_step",
+        model="qwen3-1.7b-arch" + ("-smoke" if args.smoke else ""),
+        seqs=args.seqs,
+        tokens_per_seq=args.prompt_len + args.response_len,
+        vocab=cfg.vocab_size,
+        micro_batches=metrics["micro_batches"],
+        peak_alloc_gib=f"{peak:.1f}",
+        peak_reserved_gib=f"{reserved:.1f}",
+        step_s=f"{times[0]:.1f}",
+        trained_tokens_per_s=f"{tokens * 2 / times[0]:.0f}",
+        all_tokens_per_s=f"{tokens / times[0]:.0f}",
+    )
 
 
 @part
@@ -168,9 +202,15 @@ def determinism(args):
         same_det = all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])
     finally:
         torch.use_deterministic_algorithms(False)
-    result("determinism", seqs=seqs, bitwise_default=same_default, bitwise_deterministic=same_det,
-           step_s_default=f"{t_default[1]:.1f}", step_s_deterministic=f"{t_det[1]:.1f}",
-           cost=f"{t_det[1] / t_default[1]:.2f}x")
+    result(
+        "determinism",
+        seqs=seqs,
+        bitwise_default=same_default,
+        bitwise_deterministic=same_det,
+        step_s_default=f"{t_default[1]:.1f}",
+        step_s_deterministic=f"{t_det[1]:.1f}",
+        cost=f"{t_det[1] / t_default[1]:.2f}x",
+    )
 
 
 @part
@@ -181,6 +221,7 @@ def rollout(args):
     n_prompts, k = (2, 2) if args.smoke else (8, 8)
     try:
         import vllm  # noqa: F401
+
         have_vllm = True
     except Exception as e:
         have_vllm = False
@@ -197,15 +238,28 @@ def rollout(args):
         torch.cuda.synchronize()
     t = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
-                             temperature=0.7, max_new_tokens=args.gen_tokens, min_new_tokens=args.gen_tokens,
-                             pad_token_id=0)
+        out = model.generate(
+            input_ids=prompts,
+            attention_mask=torch.ones_like(prompts),
+            do_sample=True,
+            temperature=0.7,
+            max_new_tokens=args.gen_tokens,
+            min_new_tokens=args.gen_tokens,
+            pad_token_id=0,
+        )
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     s = time.perf_counter() - t
     new = (out.shape[1] - prompts.shape[1]) * out.shape[0]
-    result("rollout", engine="hf-generate", sequences=out.shape[0], prompt_len=args.prompt_len,
-           new_tokens_per_seq=out.shape[1] - prompts.shape[1], seconds=f"{s:.1f}", tokens_per_s=f"{new / s:.0f}")
+    result(
+        "rollout",
+        engine="hf-generate",
+        sequences=out.shape[0],
+        prompt_len=args.prompt_len,
+        new_tokens_per_seq=out.shape[1] - prompts.shape[1],
+        seconds=f"{s:.1f}",
+        tokens_per_s=f"{new / s:.0f}",
+    )
 
 
 def _vllm_rollout(args, n_prompts: int, k: int) -> None:
@@ -227,8 +281,14 @@ def _vllm_rollout(args, n_prompts: int, k: int) -> None:
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-        kwargs = dict(model=folder, skip_tokenizer_init=True, dtype="bfloat16" if dtype == torch.bfloat16 else
-                      "float32", max_model_len=args.prompt_len + args.gen_tokens, seed=0, max_num_seqs=n_prompts * k)
+        kwargs = dict(
+            model=folder,
+            skip_tokenizer_init=True,
+            dtype="bfloat16" if dtype == torch.bfloat16 else "float32",
+            max_model_len=args.prompt_len + args.gen_tokens,
+            seed=0,
+            max_num_seqs=n_prompts * k,
+        )
         if torch.cuda.is_available():
             kwargs["gpu_memory_utilization"] = 0.5
         else:
@@ -238,17 +298,33 @@ def _vllm_rollout(args, n_prompts: int, k: int) -> None:
         llm = LLM(**kwargs)
         start_s = time.perf_counter() - t
         g = torch.Generator().manual_seed(0)
-        prompts = [TokensPrompt(prompt_token_ids=torch.randint(0, cfg.vocab_size, (args.prompt_len,),
-                                                               generator=g).tolist()) for _ in range(n_prompts)]
-        params = SamplingParams(n=k, temperature=0.7, max_tokens=args.gen_tokens, min_tokens=args.gen_tokens,
-                                ignore_eos=True, detokenize=False, seed=0)
+        prompts = [
+            TokensPrompt(prompt_token_ids=torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist())
+            for _ in range(n_prompts)
+        ]
+        params = SamplingParams(
+            n=k,
+            temperature=0.7,
+            max_tokens=args.gen_tokens,
+            min_tokens=args.gen_tokens,
+            ignore_eos=True,
+            detokenize=False,
+            seed=0,
+        )
         t = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)
         s = time.perf_counter() - t
         new = sum(len(c.token_ids) for o in outs for c in o.outputs)
-        result("rollout", engine="vllm", sequences=n_prompts * k, prompt_len=args.prompt_len,
-               new_tokens_per_seq=args.gen_tokens, engine_start_s=f"{start_s:.0f}", seconds=f"{s:.1f}",
-               tokens_per_s=f"{new / s:.0f}")
+        result(
+            "rollout",
+            engine="vllm",
+            sequences=n_prompts * k,
+            prompt_len=args.prompt_len,
+            new_tokens_per_seq=args.gen_tokens,
+            engine_start_s=f"{start_s:.0f}",
+            seconds=f"{s:.1f}",
+            tokens_per_s=f"{new / s:.0f}",
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -261,8 +337,9 @@ def main() -> None:
     ap.add_argument("--response-len", type=int, default=2048)
     ap.add_argument("--micro-batch-tokens", type=int, default=16384)
     ap.add_argument("--logprob-chunk", type=int, default=1024)
-    ap.add_argument("--gen-tokens", type=int, default=512, help="new tokens per rollout sequence (random weights "
-                                                                "never stop early)")
+    ap.add_argument(
+        "--gen-tokens", type=int, default=512, help="new tokens per rollout sequence (random weights never stop early)"
+    )
     ap.add_argument("--parts", default="exactness,paper_step,determinism,rollout")
     args = ap.parse_args()
     if args.smoke:

@@ -23,16 +23,42 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # what must agree between the GPU nodes and the CPU stack CI tests
-KEY = ["vllm", "torch", "transformers", "flashinfer-python", "ray", "peft", "datasets", "pyarrow", "triton",
-       "nvidia-cuda-runtime", "nvidia-nccl-cu13", "cupy-cuda13x", "xformers"]
+KEY = [
+    "vllm",
+    "torch",
+    "transformers",
+    "flashinfer-python",
+    "ray",
+    "peft",
+    "datasets",
+    "pyarrow",
+    "triton",
+    "nvidia-cuda-runtime",
+    "nvidia-nccl-cu13",
+    "cupy-cuda13x",
+    "xformers",
+]
 
 
 def resolve(requirement: str) -> tuple[dict[str, str] | None, str]:
     """({name: version} of everything pip would install, "") or (None, pip's error)."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed", "--quiet",
-               "--index-url", "https://pypi.org/simple", "--report", str(report), requirement]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--isolated",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--index-url",
+            "https://pypi.org/simple",
+            "--report",
+            str(report),
+            requirement,
+        ]
         proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
         if proc.returncode != 0:
             errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]

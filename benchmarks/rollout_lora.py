@@ -54,28 +54,49 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     adapter = {k: (torch.randn(v.shape, generator=gen) * 0.02) for k, v in trainer.adapter().items()}
     trainer.set_adapter(adapter)
-    folder = save_adapter(Path("runs/_bench_adapter").resolve(), {k: v.to(getattr(torch, args.dtype))
-                                                                  for k, v in adapter.items()}, trainer.lora_config)
+    folder = save_adapter(
+        Path("runs/_bench_adapter").resolve(),
+        {k: v.to(getattr(torch, args.dtype)) for k, v in adapter.items()},
+        trainer.lora_config,
+    )
     tok = trainer.tokenizer
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"Count from {i} to {i + 40}, one number per line."}],
-                                       add_generation_prompt=True, tokenize=True, return_dict=False)
-               for i in range(args.prompts)]
+    prompts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": f"Count from {i} to {i + 40}, one number per line."}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for i in range(args.prompts)
+    ]
     prompts = [list(p["input_ids"] if isinstance(p, dict) else p) for p in prompts]
     check = prompts[0] + tok.encode(" 1\n2\n3\n4\n5 and then some words to score", add_special_tokens=False)
     seqs = args.prompts * args.n
-    print(f"model {args.model} {args.dtype}, LoRA r={args.r}, {seqs} sequences x {args.tokens} tokens, "
-          f"median of {args.reps}, torch threads {torch.get_num_threads()}", flush=True)
+    print(
+        f"model {args.model} {args.dtype}, LoRA r={args.r}, {seqs} sequences x {args.tokens} tokens, "
+        f"median of {args.reps}, torch threads {torch.get_num_threads()}",
+        flush=True,
+    )
 
     results, logprobs = {}, {}
     for name in ("base", "lora", "merged", "base again"):  # the base model first and last: drift shows
-        engine = VLLMEngine(model_dir, args.r, 512, args.dtype, 0, max_num_seqs=seqs, merged=name != "lora",
-                            lora_scale=lora.alpha / lora.r)
+        engine = VLLMEngine(
+            model_dir,
+            args.r,
+            512,
+            args.dtype,
+            0,
+            max_num_seqs=seqs,
+            merged=name != "lora",
+            lora_scale=lora.alpha / lora.r,
+        )
         engine.set_adapter(None if name.startswith("base") else str(folder), key=0)
 
-        def run():
+        def run(engine=engine):
             t = time.perf_counter()
-            outs = engine.generate(prompts, n=args.n, temperature=1.0, max_tokens=args.tokens,
-                                   seeds=list(range(len(prompts))))
+            outs = engine.generate(
+                prompts, n=args.n, temperature=1.0, max_tokens=args.tokens, seeds=list(range(len(prompts)))
+            )
             return time.perf_counter() - t, sum(len(c.token_ids) for o in outs for c in o)
 
         run()

@@ -59,8 +59,16 @@ def one_round(config: str, overrides: list[str], n: int, actors: int, out: Path)
     from jobs.train import init_ray
 
     cpus = psutil.cpu_count() or 1
-    cfg = load_config(config, [*overrides, f"federation.num_clients={n}", f"resources.num_actors={actors}",
-                               f"run_dir={out / f'n{n}_a{actors}'}", "federation.rounds=1"])
+    cfg = load_config(
+        config,
+        [
+            *overrides,
+            f"federation.num_clients={n}",
+            f"resources.num_actors={actors}",
+            f"run_dir={out / f'n{n}_a{actors}'}",
+            "federation.rounds=1",
+        ],
+    )
     cfg.resources.cpus_per_client = min(cfg.resources.cpus_per_client, cpus / actors)  # all actors fit the node
     cfg.data.per_client = max(8, min(cfg.data.per_client, 2000 // n))  # enough rows for every client, cheaply
     model_dir = resolve_model(cfg.model.path, out / "_models")
@@ -81,9 +89,17 @@ def one_round(config: str, overrides: list[str], n: int, actors: int, out: Path)
     finally:
         ray.shutdown()
     gib = mem.stop()
-    return {"n": n, "actors": len(fed.actors), "start_s": start_s, "round_s": round_s, "per_client_s": round_s / n,
-            "gen_s": record["time"]["gen_s"], "train_s": record["time"]["train_s"], "mem_gib": gib,
-            "mem_per_client_gib": gib / n}
+    return {
+        "n": n,
+        "actors": len(fed.actors),
+        "start_s": start_s,
+        "round_s": round_s,
+        "per_client_s": round_s / n,
+        "gen_s": record["time"]["gen_s"],
+        "train_s": record["time"]["train_s"],
+        "mem_gib": gib,
+        "mem_per_client_gib": gib / n,
+    }
 
 
 def attempt(config: str, overrides: list[str], n: int, actors: int, out: Path) -> dict:
@@ -123,15 +139,20 @@ def main() -> int:
 
 
 def print_table(rows) -> None:
-    print(f"\n{'clients':>7} {'layout':<12} {'actors':>6} {'start s':>8} {'round s':>8} {'s/client':>9} "
-          f"{'gen s':>6} {'train s':>8} {'mem GiB':>8} {'GiB/client':>10}")
+    print(
+        f"\n{'clients':>7} {'layout':<12} {'actors':>6} {'start s':>8} {'round s':>8} {'s/client':>9} "
+        f"{'gen s':>6} {'train s':>8} {'mem GiB':>8} {'GiB/client':>10}"
+    )
     for layout, r in rows:
         if "skip" in r:
             print(f"{r['n']:>7} {layout:<12} {'-':>6}  skipped: {r['skip']}")
             continue
-        print(f"{r['n']:>7} {layout:<12} {r['actors']:>6} {r['start_s']:>8.0f} {r['round_s']:>8.1f} "
-              f"{r['per_client_s']:>9.2f} {r['gen_s']:>6.1f} {r['train_s']:>8.1f} {r['mem_gib']:>8.2f} "
-              f"{r['mem_per_client_gib']:>10.3f}", flush=True)
+        print(
+            f"{r['n']:>7} {layout:<12} {r['actors']:>6} {r['start_s']:>8.0f} {r['round_s']:>8.1f} "
+            f"{r['per_client_s']:>9.2f} {r['gen_s']:>6.1f} {r['train_s']:>8.1f} {r['mem_gib']:>8.2f} "
+            f"{r['mem_per_client_gib']:>10.3f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

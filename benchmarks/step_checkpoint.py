@@ -44,8 +44,14 @@ def client_state(shapes: dict[str, tuple[int, ...]], seed: int) -> dict:
 
     g = torch.Generator().manual_seed(seed)
     adapter = {n: torch.randn(s, generator=g) for n, s in shapes.items()}
-    opt = {i: {"step": torch.tensor(10.0), "exp_avg": torch.randn(s, generator=g),
-               "exp_avg_sq": torch.rand(s, generator=g)} for i, s in enumerate(shapes.values())}
+    opt = {
+        i: {
+            "step": torch.tensor(10.0),
+            "exp_avg": torch.randn(s, generator=g),
+            "exp_avg_sq": torch.rand(s, generator=g),
+        }
+        for i, s in enumerate(shapes.values())
+    }
     return {"adapter": adapter, "opt": opt}
 
 
@@ -75,11 +81,18 @@ def main() -> None:
         assert loaded is not None and loaded.step == 3
     write_s = statistics.median(times)
     mib = size / 2**20
-    print(f"{args.model} LoRA r={args.r}: {len(shapes)} tensors, {values / 1e6:.1f} M values; one client's in-round "
-          f"state (adapter + AdamW moments, fp32) = {mib:.0f} MiB")
-    print(f"measured here (2-core CPU, local disk): write {write_s:.2f} s (median of 3: "
-          f"{', '.join(f'{x:.2f}' for x in times)}), {mib / write_s:.0f} MiB/s; read + verify {load_s:.2f} s")
-    print(f"{'clients per actor':<18}{'size':>10}{'write (measured x n)':>22}{'upload at ' + str(int(args.upload_mbs)) + ' MB/s':>22}")
+    print(
+        f"{args.model} LoRA r={args.r}: {len(shapes)} tensors, {values / 1e6:.1f} M values; one client's in-round "
+        f"state (adapter + AdamW moments, fp32) = {mib:.0f} MiB"
+    )
+    print(
+        f"measured here (2-core CPU, local disk): write {write_s:.2f} s (median of 3: "
+        f"{', '.join(f'{x:.2f}' for x in times)}), {mib / write_s:.0f} MiB/s; read + verify {load_s:.2f} s"
+    )
+    print(
+        f"{'clients per actor':<18}{'size':>10}{'write (measured x n)':>22}"
+        f"{'upload at ' + str(int(args.upload_mbs)) + ' MB/s':>22}"
+    )
     for n in (1, 32):
         up = n * size / 1e6 / args.upload_mbs
         print(f"{n:<18}{n * mib / 1024:>8.2f} GiB{n * write_s:>20.1f} s{up:>20.1f} s")
@@ -88,8 +101,10 @@ def main() -> None:
     print(f"{'every_steps':<13}{'most lost per preemption':>26}{'checkpoint share of step time':>32}")
     for every in (1, 2, 5, 10, 13, 20):
         print(f"{every:<13}{every * args.step_s / 60:>22.1f} min{100 * cost / (every * args.step_s):>30.2f} %")
-    print("With n clients per actor a step takes about n times as long (each client trains in turn) and the "
-          "state is n times larger: the shares stay about the same.")
+    print(
+        "With n clients per actor a step takes about n times as long (each client trains in turn) and the "
+        "state is n times larger: the shares stay about the same."
+    )
 
 
 if __name__ == "__main__":

@@ -43,29 +43,49 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=4 * args.hidden,
-                         num_hidden_layers=args.layers, num_attention_heads=2, num_key_value_heads=1,
-                         head_dim=args.hidden // 2, max_position_embeddings=args.prompt_len + args.response_len,
-                         tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        intermediate_size=4 * args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=args.hidden // 2,
+        max_position_embeddings=args.prompt_len + args.response_len,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(config)
-    grpo = GRPOConfig(micro_batch_tokens=args.micro_batch_tokens, logprob_chunk=args.logprob_chunk,
-                      grad_epochs=args.grad_epochs, gradient_checkpointing=False)
+    grpo = GRPOConfig(
+        micro_batch_tokens=args.micro_batch_tokens,
+        logprob_chunk=args.logprob_chunk,
+        grad_epochs=args.grad_epochs,
+        gradient_checkpointing=False,
+    )
     trainer = LoraGRPOTrainer(model, LoraConfig(r=args.r, alpha=2 * args.r), grpo, device="cpu")
     g = torch.Generator().manual_seed(1)
-    samples = [Sample(tuple(torch.randint(0, args.vocab, (args.prompt_len,), generator=g).tolist()),
-                      tuple(torch.randint(0, args.vocab, (args.response_len,), generator=g).tolist()),
-                      advantage=1.0 if i % 2 else -1.0) for i in range(args.seqs)]
+    samples = [
+        Sample(
+            tuple(torch.randint(0, args.vocab, (args.prompt_len,), generator=g).tolist()),
+            tuple(torch.randint(0, args.vocab, (args.response_len,), generator=g).tolist()),
+            advantage=1.0 if i % 2 else -1.0,
+        )
+        for i in range(args.seqs)
+    ]
     base_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     t = time.perf_counter()
     metrics = trainer.step(samples)
     step_s = time.perf_counter() - t
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     tokens = args.seqs * (args.prompt_len + args.response_len)
-    print(f"seqs={args.seqs} tokens/seq={args.prompt_len + args.response_len} vocab={args.vocab} "
-          f"hidden={args.hidden} layers={args.layers} micro_batches={metrics['micro_batches']} "
-          f"micro_batch_tokens={args.micro_batch_tokens} logprob_chunk={args.logprob_chunk}")
-    print(f"rss before step {base_gib:.2f} GiB; {tokens * args.grad_epochs / step_s:.0f} trained tokens/s; "
-          f"loss {metrics['loss']:.4f}")
+    print(
+        f"seqs={args.seqs} tokens/seq={args.prompt_len + args.response_len} vocab={args.vocab} "
+        f"hidden={args.hidden} layers={args.layers} micro_batches={metrics['micro_batches']} "
+        f"micro_batch_tokens={args.micro_batch_tokens} logprob_chunk={args.logprob_chunk}"
+    )
+    print(
+        f"rss before step {base_gib:.2f} GiB; {tokens * args.grad_epochs / step_s:.0f} trained tokens/s; "
+        f"loss {metrics['loss']:.4f}"
+    )
     print(f"peak_rss_gib={peak_gib:.2f} step_s={step_s:.1f}")
 
 

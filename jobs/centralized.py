@@ -22,9 +22,16 @@ def centralize(cfg: RunConfig, split: FederatedSplit) -> tuple[RunConfig, Federa
     merged = FederatedSplit([[r for part in split.clients for r in part]], split.public, split.test)
     run = dataclasses.replace(
         cfg,
-        federation=dataclasses.replace(f, method="dsgd" if f.method == "centralized-full" else "fedavg-grpo",
-                                       num_clients=1, participation=1.0, clients_per_round=0, topology="complete",
-                                       edges=[]),
+        federation=dataclasses.replace(
+            f,
+            method="dsgd" if f.method == "centralized-full" else "fedavg-grpo",
+            num_clients=1,
+            participation=1.0,
+            clients_per_round=0,
+            topology="complete",
+            edges=[],
+        ),
         grpo=dataclasses.replace(g, b=g.b * f.num_clients),
-        resources=dataclasses.replace(cfg.resources, num_actors=1))
+        resources=dataclasses.replace(cfg.resources, num_actors=1),
+    )
     return run, merged

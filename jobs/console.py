@@ -39,8 +39,12 @@ def quiet_driver() -> int:
     """Quiet the driver's own libraries; returns the logging level for ray.init."""
     if verbose():
         return logging.INFO
-    for key in ("TRANSFORMERS_VERBOSITY", "TORCH_CPP_LOG_LEVEL", "HF_HUB_DISABLE_PROGRESS_BARS",
-                "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+    for key in (
+        "TRANSFORMERS_VERBOSITY",
+        "TORCH_CPP_LOG_LEVEL",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS",
+    ):
         os.environ.setdefault(key, QUIET_ENV[key])
     try:  # read at import: if datasets is loaded already, switch its bars off directly
         from datasets.utils.logging import disable_progress_bar
@@ -59,5 +63,10 @@ def progress(total: int, desc: str):
     """A progress bar over a round's steps on a terminal (none in logs: `ray job logs`, files)."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, leave=False, disable=None if not verbose() else True,
-                bar_format="{desc} {bar:20} {n_fmt}/{total_fmt} steps [{elapsed}<{remaining}]")
+    return tqdm(
+        total=total,
+        desc=desc,
+        leave=False,
+        disable=None if not verbose() else True,
+        bar_format="{desc} {bar:20} {n_fmt}/{total_fmt} steps [{elapsed}<{remaining}]",
+    )

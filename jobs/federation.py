@@ -20,7 +20,6 @@ from collections.abc import Sequence
 
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError
-
 from ray.util.placement_group import remove_placement_group
 
 from actors.client import ClientActor
@@ -28,13 +27,13 @@ from actors.collective import CollectiveSetupError, check_backend_deps, choose_b
 from actors.server import ServerActor
 from placement import assign_clients, bundle_strategy, client_bundles, cluster_has_gpus, reserve
 from placement.probe import probe_bundles
-from pubswap.gpu_budget import GpuBudgetError, model_shape
-from pubswap.gpu_budget import plan as plan_budget
 from pubswap.aggregation import make_strategy, normalized_weights
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
 from pubswap.evaluation import Score, score
 from pubswap.gossip import flood_period, mixing_rows
+from pubswap.gpu_budget import GpuBudgetError, model_shape
+from pubswap.gpu_budget import plan as plan_budget
 from pubswap.lora import Adapter, num_bytes
 from pubswap.participation import participants
 from pubswap.topology import make_topology
@@ -91,8 +90,11 @@ class Federation:
         self.assignment = assign_clients(f.num_clients, res.num_actors)
         gpus = res.gpus_per_client if res.gpus_per_client is not None else (1.0 if cluster_has_gpus() else 0.0)
         self.backend = choose_backend(res.collective_backend, gpus)
-        self.pg = reserve(client_bundles(len(self.assignment), res.cpus_per_client, gpus), res.placement_strategy,
-                          res.placement_timeout_s)
+        self.pg = reserve(
+            client_bundles(len(self.assignment), res.cpus_per_client, gpus),
+            res.placement_strategy,
+            res.placement_timeout_s,
+        )
         try:
             engine_fraction = self._gpu_budget(model_dir, gpus) if gpus > 0 else None
         except BaseException:
@@ -105,9 +107,9 @@ class Federation:
         def new_actor(a: int):
             # actors sharing a card take turns loading onto it, here and whenever they restart
             # (actors/card_share.py): vLLM sizes its KV cache from the card's free memory while it profiles
-            return ClientActor.options(num_cpus=res.cpus_per_client, num_gpus=gpus,
-                                       scheduling_strategy=bundle_strategy(self.pg, a)
-                                       ).remote(cfg_dict, shards[a], model_dir, engine_fraction, a)
+            return ClientActor.options(
+                num_cpus=res.cpus_per_client, num_gpus=gpus, scheduling_strategy=bundle_strategy(self.pg, a)
+            ).remote(cfg_dict, shards[a], model_dir, engine_fraction, a)
 
         self._new_actor = new_actor  # a restart whose constructor failed leaves a dead actor: make it again
         self.actors = [new_actor(a) for a in range(len(self.assignment))]
@@ -127,13 +129,21 @@ class Federation:
         for rep in reports:
             check_backend_deps(self.backend, rep)
             if not rep.get("cuda"):
-                raise GpuBudgetError(f"resources.gpus_per_client={gpus:g}, but torch on node {rep['host']} sees no "
-                                     f"CUDA device ({rep.get('cuda_error', 'a CPU build of torch?')}): install the "
-                                     "project's [gpu] extra there")
+                raise GpuBudgetError(
+                    f"resources.gpus_per_client={gpus:g}, but torch on node {rep['host']} sees no "
+                    f"CUDA device ({rep.get('cuda_error', 'a CPU build of torch?')}): install the "
+                    "project's [gpu] extra there"
+                )
         card = min(reports, key=lambda rep: rep["total_bytes"])  # the smallest card bounds every actor
         shape = model_shape(model_dir, c.lora.max_r, c.lora.alpha, c.lora.target_modules)
-        budget = plan_budget(c, shape, card["total_bytes"], gpus, max(len(a) for a in self.assignment),
-                             card_name=card.get("gpu_name", "GPU"))
+        budget = plan_budget(
+            c,
+            shape,
+            card["total_bytes"],
+            gpus,
+            max(len(a) for a in self.assignment),
+            card_name=card.get("gpu_name", "GPU"),
+        )
         print(budget.line(), flush=True)
         return budget.engine_fraction
 
@@ -177,12 +187,14 @@ class Federation:
                         why = str(e).strip().splitlines()[-1][:300] if str(e).strip() else type(e).__name__
                         print(f"recovery: client actor {i} failed to start ({why}); starting it again", flush=True)
                         self.actors[i] = self._new_actor(i)
-                        remade[i] = (times + 1, time.monotonic() + min(30.0, 2.0 ** times))
+                        remade[i] = (times + 1, time.monotonic() + min(30.0, 2.0**times))
             if None in pids:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"client actors {[i for i, p in enumerate(pids) if p is None]} did not come "
-                                       f"up within {timeout:.0f}s (fault_tolerance.restart_timeout_s); see the Ray "
-                                       "dashboard or `ray status`")
+                    raise RuntimeError(
+                        f"client actors {[i for i, p in enumerate(pids) if p is None]} did not come "
+                        f"up within {timeout:.0f}s (fault_tolerance.restart_timeout_s); see the Ray "
+                        "dashboard or `ray status`"
+                    )
                 time.sleep(0.2)
         self.pids = pids
         self.seen_pids.update(pids)
@@ -192,8 +204,9 @@ class Federation:
                 break
             except (ActorUnavailableError, GetTimeoutError):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the server actor did not come up within {timeout:.0f}s "
-                                       "(fault_tolerance.restart_timeout_s)") from None
+                    raise RuntimeError(
+                        f"the server actor did not come up within {timeout:.0f}s (fault_tolerance.restart_timeout_s)"
+                    ) from None
                 time.sleep(0.2)
         self.group = f"clients-{uuid.uuid4().hex[:8]}"
         n = len(self.actors)
@@ -204,9 +217,10 @@ class Federation:
         except Exception as e:  # the group formed but cannot reduce (e.g. NCCL with two ranks on one card)
             if old_pids:
                 raise
-            raise CollectiveSetupError(f"the {self.backend} collective group of {n} client actors does not work: "
-                                       f"{str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
-                                       ) from e
+            raise CollectiveSetupError(
+                f"the {self.backend} collective group of {n} client actors does not work: "
+                f"{str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+            ) from e
 
     def verify_incarnations(self) -> None:
         """Raise ActorLost if a client actor was restarted since the driver last gave it its state (a
@@ -217,8 +231,10 @@ class Federation:
         self.seen_pids.update(now)
         changed = [i for i, (old, new) in enumerate(zip(self.pids, now)) if old != new]
         if changed:
-            raise ActorLost(f"client actors {changed} were restarted since they were given their state "
-                            f"(pids {[self.pids[i] for i in changed]} -> {[now[i] for i in changed]})")
+            raise ActorLost(
+                f"client actors {changed} were restarted since they were given their state "
+                f"(pids {[self.pids[i] for i in changed]} -> {[now[i] for i in changed]})"
+            )
 
     def _call(self, refs: Sequence[ray.ObjectRef]) -> list:
         t = time.perf_counter()
@@ -278,12 +294,12 @@ class Federation:
         calls = []
         for a, ids in zip(self.actors, self.assignment):
             need = sorted({j for i in ids for j in rows[i]})
-            calls.append(a.gossip_apply.remote(round_idx, step, {i: rows[i] for i in ids}, need,
-                                               *[refs[j] for j in need]))
+            calls.append(
+                a.gossip_apply.remote(round_idx, step, {i: rows[i] for i in ids}, need, *[refs[j] for j in need])
+            )
         results = self._call(calls)
         per_client = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
-        return self._gossip_record(step, results, [c["sent"] for c in per_client],
-                                   [c["received"] for c in per_client])
+        return self._gossip_record(step, results, [c["sent"] for c in per_client], [c["received"] for c in per_client])
 
     def flood(self, round_idx: int, step: int) -> dict:
         """SeedFlood's gossip: every client's messages of the period are flooded over the graph until
@@ -308,8 +324,13 @@ class Federation:
         mean = sum(r["sum"] for r in results) / n
         consensus = max(0.0, (sum(r["sq"] for r in results) - n * float((mean * mean).sum())) / n)
         directed = sum(len(nb) for nb in self.topo.neighbours)
-        return {"step": step, "consensus": consensus, "sent": sent, "received": received,
-                "edge_bytes": sum(sent) / max(1, directed)}
+        return {
+            "step": step,
+            "consensus": consensus,
+            "sent": sent,
+            "received": received,
+            "edge_bytes": sum(sent) / max(1, directed),
+        }
 
     def states(self) -> dict:
         """Every client's own tensors (and CHOCO's public copies), for the checkpoint."""
@@ -325,23 +346,31 @@ class Federation:
         calls = []
         for a, ids in zip(self.actors, self.assignment):
             need = {j for i in ids for j in (i, *self.topo.neighbours[i])}
-            part = {"x": {i: states["x"][i] for i in ids},
-                    "public": {j: t for j, t in states.get("public", {}).items() if j in need}}
+            part = {
+                "x": {i: states["x"][i] for i in ids},
+                "public": {j: t for j, t in states.get("public", {}).items() if j in need},
+            }
             calls.append(a.load_states.remote(part))
         self._call(calls)
 
     def train_states(self, cids: Sequence[int]) -> dict[int, dict]:
         """The adapters and optimizer states of clients `cids` (an in-round checkpoint's content)."""
         out: dict[int, dict] = {}
-        for part in self._call([a.train_states.remote(ids) for a, ids in zip(self.actors, self._by_actor(cids))
-                                if ids]):
+        for part in self._call(
+            [a.train_states.remote(ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
+        ):
             out.update(part)
         return out
 
     def load_train_states(self, states: dict[int, dict]) -> None:
         """Hand each actor only its own clients' saved adapters and optimizer states."""
-        self._call([a.load_train_states.remote({c: states[c] for c in ids})
-                    for a, ids in zip(self.actors, self._by_actor(list(states))) if ids])
+        self._call(
+            [
+                a.load_train_states.remote({c: states[c] for c in ids})
+                for a, ids in zip(self.actors, self._by_actor(list(states)))
+                if ids
+            ]
+        )
 
     def initial_adapter(self) -> Adapter:
         return self._call([self.actors[0].get_adapter.remote()])[0]
@@ -357,8 +386,9 @@ class Federation:
         return sorted((r for rs in per_actor for r in rs), key=lambda r: r["client"])
 
     def private_step(self, round_idx: int, step: int, cids: Sequence[int]) -> dict:
-        refs = [a.private_steps.remote(round_idx, step, ids) for a, ids in zip(self.actors, self._by_actor(cids))
-                if ids]
+        refs = [
+            a.private_steps.remote(round_idx, step, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids
+        ]
         return {"step": step, "public": False, "clients": self._per_client(self._call(refs))}
 
     def public_step(self, round_idx: int, step: int, cids: Sequence[int]) -> dict:
@@ -368,13 +398,22 @@ class Federation:
         swapped_ref = self.server.swap.remote(round_idx, step, batch_ref, [ids for _, ids in busy], *answers)
         swapped = self._call([swapped_ref, *answers])[0]
         gen_s = {cid: a["gen_s"] for a in self._call(answers) for cid in a["responses"]}
-        results = self._per_client(self._call([a.public_steps.remote(batch_ref, g, round_idx, step)
-                                               for (a, _), g in zip(busy, swapped["groups"])]))
+        results = self._per_client(
+            self._call(
+                [a.public_steps.remote(batch_ref, g, round_idx, step) for (a, _), g in zip(busy, swapped["groups"])]
+            )
+        )
         for r in results:
             r["gen_s"] = gen_s[r["client"]]
-        return {"step": step, "public": True, "clients": results, "swapped_in": swapped["swapped_in"],
-                "missing_donors": swapped["missing_donors"], "pool_bytes": swapped["pool_bytes"],
-                "provenance": swapped["provenance"]}
+        return {
+            "step": step,
+            "public": True,
+            "clients": results,
+            "swapped_in": swapped["swapped_in"],
+            "missing_donors": swapped["missing_donors"],
+            "pool_bytes": swapped["pool_bytes"],
+            "provenance": swapped["provenance"],
+        }
 
     def average(self, round_idx: int, cids: Sequence[int], start: Adapter) -> tuple[Adapter, list[dict], dict]:
         """The round's aggregation; every hosted client then holds the new global adapter. Returns it, the
@@ -387,8 +426,12 @@ class Federation:
         w = self.weights(cids)
         order = sorted(cids)
         if self.strategy.linear:
-            results = self._call([a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
-                                  for a, ids in zip(self.actors, self._by_actor(cids))])
+            results = self._call(
+                [
+                    a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
+                    for a, ids in zip(self.actors, self._by_actor(cids))
+                ]
+            )
             averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
             sent = num_bytes({k: v for k, v in start.items() if self.strategy.trains(k)})
             comm = {"upload": [sent] * len(order), "download": [sent] * len(order)}
@@ -396,14 +439,21 @@ class Federation:
             busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
             uploads = [a.upload.remote(round_idx, ids) for a, ids in busy]
             download_ref, info_ref = self.server.aggregate.options(num_returns=2).remote(
-                round_idx, ray.put(start), {c: w[c] for c in order}, *uploads)
-            per_actor = self._call([a.apply_download.remote(download_ref, {c: w[c] for c in ids}, round_idx)
-                                    for a, ids in zip(self.actors, self._by_actor(cids))])
+                round_idx, ray.put(start), {c: w[c] for c in order}, *uploads
+            )
+            per_actor = self._call(
+                [
+                    a.apply_download.remote(download_ref, {c: w[c] for c in ids}, round_idx)
+                    for a, ids in zip(self.actors, self._by_actor(cids))
+                ]
+            )
             results = [{"clients": drift} for drift in per_actor]
             info = self._call([info_ref])[0]
             averaged = info["adapter"]
-            comm = {"upload": [info["upload_bytes"][c] for c in order],
-                    "download": [info["download_bytes"][c] for c in order]}
+            comm = {
+                "upload": [info["upload_bytes"][c] for c in order],
+                "download": [info["download_bytes"][c] for c in order],
+            }
         drift = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
         return averaged, drift, comm
 
@@ -412,10 +462,15 @@ class Federation:
         n = len(self.actors)
         shards = self._call([self.server.test_shards.remote(n)])[0]  # actor a: test rows a, a + n, ...
         ref = None if adapter is None else ray.put(adapter)
-        per_actor = self._call([a.evaluate.remote(s, round_idx, ref, [k + i * n for i in range(len(s))])
-                                for k, (a, s) in enumerate(zip(self.actors, shards))])
-        return score([r for out in per_actor for r in out["rewards"]],
-                     [f for out in per_actor for f in out["in_format"]])
+        per_actor = self._call(
+            [
+                a.evaluate.remote(s, round_idx, ref, [k + i * n for i in range(len(s))])
+                for k, (a, s) in enumerate(zip(self.actors, shards))
+            ]
+        )
+        return score(
+            [r for out in per_actor for r in out["rewards"]], [f for out in per_actor for f in out["in_format"]]
+        )
 
     def shutdown(self) -> None:
         # let live clients remove their node-local adapter folders (a dead one's are removed by the next

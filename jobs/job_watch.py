@@ -35,8 +35,11 @@ def stop_with_parent(poll_s: float = 1.0) -> threading.Thread | None:
     def watch():
         while os.getppid() == parent:
             time.sleep(poll_s)
-        print(f"the job's entrypoint process (pid {parent}) is gone: Ray has ended this job, so this driver "
-              "stops too", file=sys.stderr, flush=True)
+        print(
+            f"the job's entrypoint process (pid {parent}) is gone: Ray has ended this job, so this driver stops too",
+            file=sys.stderr,
+            flush=True,
+        )
         os.kill(os.getpid(), signal.SIGTERM)
 
     thread = threading.Thread(target=watch, name="job-parent-watch", daemon=True)

@@ -45,10 +45,19 @@ def read_run(run_dir: Path) -> dict:
     if not summary_path.is_file():
         raise FileNotFoundError(f"{run_dir}: no summary.json (the run has not finished a round yet)")
     summary = json.loads(summary_path.read_text())
-    return {**comm_mb(run_dir),"run": run_dir.name, "cell": cell_of(cfg), "rounds": summary.get("rounds"),
-            "of": cfg["federation"]["rounds"], "base": summary["base_pass@1"], "final": summary["final_pass@1"],
-            "best": summary.get("best_pass@1", summary["final_pass@1"]), "se": summary.get("final_pass@1_se"),
-            "prompts": summary.get("eval_prompts"), "n": summary.get("eval_n")}
+    return {
+        **comm_mb(run_dir),
+        "run": run_dir.name,
+        "cell": cell_of(cfg),
+        "rounds": summary.get("rounds"),
+        "of": cfg["federation"]["rounds"],
+        "base": summary["base_pass@1"],
+        "final": summary["final_pass@1"],
+        "best": summary.get("best_pass@1", summary["final_pass@1"]),
+        "se": summary.get("final_pass@1_se"),
+        "prompts": summary.get("eval_prompts"),
+        "n": summary.get("eval_n"),
+    }
 
 
 def comm_mb(run_dir: Path) -> dict:
@@ -60,7 +69,7 @@ def comm_mb(run_dir: Path) -> dict:
     rounds = [r["bytes"] for r in records if "upload" in r.get("bytes", {})]
     if not rounds:
         return {"adapter_mb": None, "public_mb": None}
-    mib = 2 ** 20
+    mib = 2**20
     adapter = [sum(u + d for u, d in zip(b["upload"], b["download"])) / len(b["upload"]) for b in rounds]
     public = [b.get("public_pool", 0) / len(b["upload"]) for b in rounds]
     return {"adapter_mb": sum(adapter) / len(adapter) / mib, "public_mb": sum(public) / len(public) / mib}
@@ -85,8 +94,11 @@ def reference_run(run_dirs: list[Path], reference: Path | None) -> Path | None:
     """The run normalized performance is relative to: `reference`, else the only centralized run listed."""
     if reference is not None:
         return reference
-    central = [d for d in run_dirs
-               if json.loads((d / "config.json").read_text())["federation"]["method"].startswith("centralized")]
+    central = [
+        d
+        for d in run_dirs
+        if json.loads((d / "config.json").read_text())["federation"]["method"].startswith("centralized")
+    ]
     return central[0] if len(central) == 1 else None
 
 
@@ -101,16 +113,20 @@ def normalized(final: float, reference_final: float | None) -> str:
 def table(run_dirs: list[Path], reference: Path | None = None) -> str:
     ref = reference_run(run_dirs, reference)
     ref_final = read_run(ref)["final"] if ref is not None else None
-    lines = [f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'SE (prompts x n)':>17} {'best':>6} "
-             f"{'norm.':>6} {'MB/round/client':>15} {'public MB':>9} | paper (table: base final/best)"]
+    lines = [
+        f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'SE (prompts x n)':>17} {'best':>6} "
+        f"{'norm.':>6} {'MB/round/client':>15} {'public MB':>9} | paper (table: base final/best)"
+    ]
     for d in run_dirs:
         r = read_run(d)
         paper = paper_entries(r["cell"])
         base = BASE.get((r["cell"].model, r["cell"].dataset)) if r["cell"] else None
         refs = "; ".join(f"T{t}: {fmt(base)} {fmt(final)}/{fmt(best)}" for t, final, best in paper) or "-"
-        lines.append(f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "
-                     f"{se_text(r):>17} {100 * r['best']:>6.1f} {normalized(r['final'], ref_final):>6} "
-                     f"{mb(r['adapter_mb']):>15} {mb(r['public_mb']):>9} | {refs}")
+        lines.append(
+            f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "
+            f"{se_text(r):>17} {100 * r['best']:>6.1f} {normalized(r['final'], ref_final):>6} "
+            f"{mb(r['adapter_mb']):>15} {mb(r['public_mb']):>9} | {refs}"
+        )
     if ref is not None:
         lines.append(f"norm. = final pass@1 / {ref.name}'s final pass@1 ({100 * ref_final:.1f}) x 100")
     return "\n".join(lines)
@@ -131,8 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dirs", nargs="+", type=Path)
     ap.add_argument("--plot", type=Path, default=Path("report.png"), help="PNG to draw the runs into")
-    ap.add_argument("--reference", type=Path, default=None,
-                    help="the run (e.g. federation.method centralized) that normalized performance divides by")
+    ap.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        help="the run (e.g. federation.method centralized) that normalized performance divides by",
+    )
     args = ap.parse_args(argv)
     try:
         print(table(args.run_dirs, args.reference))

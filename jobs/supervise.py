@@ -3,13 +3,13 @@
     python -m jobs.supervise --address http://localhost:8265 --max-retries 3 -- \\
         python -m jobs.train --config configs/X.yaml run_dir=s3://bucket/runs/X
 
-Ray Jobs are never retried by Ray itself: a driver that dies (its node preempted, OOM-killed) leaves a
-FAILED job. This supervisor runs beside the cluster (a laptop, a CI runner, the head node), streams the
-job's log, and on FAILED submits the same entrypoint again, up to --max-retries times. The driver then
-continues after its newest intact checkpoint, so run_dir must be storage every attempt can reach: an
-object-store URI (s3://, gs://), or an absolute path on a file system every node mounts (each attempt
-gets a fresh working directory). Resubmissions never carry --start-over: they resume. A job stopped by a user (STOPPED) is
-not resubmitted; Ctrl-C stops the running job and exits.
+Ray Jobs are never retried by Ray itself: a driver that dies (its node preempted, OOM-killed) leaves a FAILED
+job. This supervisor runs beside the cluster (a laptop, a CI runner, the head node), streams the job's log,
+and on FAILED submits the same entrypoint again, up to --max-retries times. The driver then continues after
+its newest intact checkpoint, so run_dir must be storage every attempt can reach: an object-store URI (s3://,
+gs://), or an absolute path on a file system every node mounts (each attempt gets a fresh working directory).
+Resubmissions never carry --start-over: they resume. A job stopped by a user (STOPPED) is not resubmitted;
+Ctrl-C stops the running job and exits.
 
 The dashboard may be unreachable for a while (restarting, a dropped port-forward): every call is retried
 with backoff for up to --patience-s. The log is streamed, not re-read. Submission ids are <name>-<attempt>:
@@ -34,9 +34,11 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 # driver exit codes (jobs/train.py) that another attempt cannot fix
 # 5 (run_dir busy: another live driver holds its lease) is retried: it is often the previous attempt's
 # driver, still being killed, and each attempt first waits the lease's ttl for it to exit
-FINAL_EXIT_CODES = {2: "bad config, data or model, or a run_dir that cannot be resumed",
-                    3: "another driver took over run_dir",
-                    4: "the run's storage is full: free space, then resubmit"}
+FINAL_EXIT_CODES = {
+    2: "bad config, data or model, or a run_dir that cannot be resumed",
+    3: "another driver took over run_dir",
+    4: "the run's storage is full: free space, then resubmit",
+}
 START_OVER = "--start-over"
 
 
@@ -67,13 +69,23 @@ def transient(err: BaseException) -> bool:
     import aiohttp
     import requests
 
-    if isinstance(err, (requests.ConnectionError, requests.Timeout, aiohttp.ClientError, ConnectionError,
-                        asyncio.TimeoutError, TimeoutError)):
+    if isinstance(
+        err,
+        (
+            requests.ConnectionError,
+            requests.Timeout,
+            aiohttp.ClientError,
+            ConnectionError,
+            asyncio.TimeoutError,
+            TimeoutError,
+        ),
+    ):
         return True
     text = str(err)
     # JobSubmissionClient: "Request failed with status code 503: ..."; tail_job_logs: "WebSocket ... closed"
-    return isinstance(err, RuntimeError) and (re.search(r"status code 5\d\d", text) is not None
-                                              or "WebSocket" in text or "Failed to connect" in text)
+    return isinstance(err, RuntimeError) and (
+        re.search(r"status code 5\d\d", text) is not None or "WebSocket" in text or "Failed to connect" in text
+    )
 
 
 class Dashboard:
@@ -95,7 +107,7 @@ class Dashboard:
         waited = time.monotonic() - failing_since
         if waited >= self.patience_s:
             raise Unreachable(f"the dashboard has been unreachable for {waited:.0f} s ({what}: {err})") from err
-        delay = min(30.0, 2.0 ** tries, max(0.1, self.patience_s - waited))
+        delay = min(30.0, 2.0**tries, max(0.1, self.patience_s - waited))
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         self.out(f"[supervise] dashboard unreachable ({what}: {first}); retrying in {delay:.0f} s")
         self.sleep(delay)
@@ -123,7 +135,7 @@ class LogFollower:
 
     def feed(self, chunk: str, offset: int) -> None:
         """`chunk` starts at character `offset` of the log."""
-        new = chunk[max(0, self.consumed - offset):]
+        new = chunk[max(0, self.consumed - offset) :]
         if not new:
             return
         self.consumed = offset + len(chunk)
@@ -149,7 +161,8 @@ class LogFollower:
                         # a quiet log: make sure the dashboard still answers (a stalled connection
                         # would otherwise wait forever); a status that fails ends this session
                         status = await asyncio.get_running_loop().run_in_executor(
-                            None, lambda: dashboard.client.get_job_status(sid))
+                            None, lambda: dashboard.client.get_job_status(sid)
+                        )
                         if str(status.value) in TERMINAL:
                             await asyncio.wait({nxt}, timeout=10 * poll_s + 5)
                             if not nxt.done():
@@ -208,8 +221,15 @@ def submit(dashboard: Dashboard, sid: str, entrypoint: str, runtime_env: dict) -
             tries += 1
 
 
-def supervise(dashboard: Dashboard, entrypoint: str, runtime_env: dict, max_retries: int, name: str,
-              poll_s: float = 2.0, out=print) -> int:
+def supervise(
+    dashboard: Dashboard,
+    entrypoint: str,
+    runtime_env: dict,
+    max_retries: int,
+    name: str,
+    poll_s: float = 2.0,
+    out=print,
+) -> int:
     """Submit `entrypoint` until a job SUCCEEDS (0) or retries run out / a user stops it (1). A job of an
     earlier supervisor with the same `name` that is still running is re-attached, not submitted again."""
     earlier = attempts_of(dashboard, name)
@@ -237,8 +257,9 @@ def supervise(dashboard: Dashboard, entrypoint: str, runtime_env: dict, max_retr
             out(f"[supervise] attempt {attempt - first + 1}/{max_retries + 1}: submitted job {sid}")
         try:
             LogFollower(out).follow(dashboard, sid, poll_s)
-            while (status := str(dashboard.call("reading the job status", "get_job_status", sid).value)) \
-                    not in TERMINAL:
+            while (
+                status := str(dashboard.call("reading the job status", "get_job_status", sid).value)
+            ) not in TERMINAL:
                 time.sleep(poll_s)  # the log is complete once the job is over; its status may lag a little
         except KeyboardInterrupt:
             dashboard.call("stopping the job", "stop_job", sid)
@@ -255,8 +276,10 @@ def supervise(dashboard: Dashboard, entrypoint: str, runtime_env: dict, max_retr
         out(f"[supervise] job {sid} failed: {message.strip().splitlines()[-1] if message.strip() else 'no message'}")
         code = getattr(info, "driver_exit_code", None)
         if code in FINAL_EXIT_CODES:
-            out(f"[supervise] the driver exited with {code} ({FINAL_EXIT_CODES[code]}): a resubmission would end "
-                "the same way; not resubmitting")
+            out(
+                f"[supervise] the driver exited with {code} ({FINAL_EXIT_CODES[code]}): a resubmission would end "
+                "the same way; not resubmitting"
+            )
             return 1
         if tries_left:
             out("[supervise] resubmitting; the driver resumes after its newest intact checkpoint")
@@ -265,21 +288,31 @@ def supervise(dashboard: Dashboard, entrypoint: str, runtime_env: dict, max_retr
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     usage="python -m jobs.supervise [options] -- python -m jobs.train ...")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], usage="python -m jobs.supervise [options] -- python -m jobs.train ..."
+    )
     parser.add_argument("--address", default=None, help="Ray dashboard address (default: $RAY_ADDRESS)")
     parser.add_argument("--max-retries", type=int, default=3, help="resubmissions after a failure (default 3)")
     parser.add_argument("--working-dir", default=".", help="uploaded with each attempt (default: .)")
-    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="environment variable for the job (repeatable)")
-    parser.add_argument("--name", default=None,
-                        help="submission id prefix; a supervisor started again with the same name re-attaches to "
-                             "its running job (default: pubswap-<run dir's last part>-<hash of run_dir>)")
-    parser.add_argument("--poll-s", type=float, default=2.0,
-                        help="seconds between status checks while the log is quiet (default 2)")
-    parser.add_argument("--patience-s", type=float, default=600.0,
-                        help="how long the dashboard may stay unreachable before the supervisor gives up; its "
-                             "job keeps running and a restarted supervisor re-attaches (default 600)")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="environment variable for the job (repeatable)"
+    )
+    parser.add_argument(
+        "--name",
+        default=None,
+        help="submission id prefix; a supervisor started again with the same name re-attaches to "
+        "its running job (default: pubswap-<run dir's last part>-<hash of run_dir>)",
+    )
+    parser.add_argument(
+        "--poll-s", type=float, default=2.0, help="seconds between status checks while the log is quiet (default 2)"
+    )
+    parser.add_argument(
+        "--patience-s",
+        type=float,
+        default=600.0,
+        help="how long the dashboard may stay unreachable before the supervisor gives up; its "
+        "job keeps running and a restarted supervisor re-attaches (default 600)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the training command, after --")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -292,8 +325,10 @@ def main(argv: list[str] | None = None) -> int:
     from pubswap.storage import is_uri
 
     if not run_dir or not (is_uri(run_dir) or Path(run_dir).is_absolute()):
-        parser.error(f"the training command's run_dir is {run_dir!r}: give run_dir=s3://bucket/prefix (or an "
-                     "absolute path on storage every node reaches), or resubmitted jobs cannot resume")
+        parser.error(
+            f"the training command's run_dir is {run_dir!r}: give run_dir=s3://bucket/prefix (or an "
+            "absolute path on storage every node reaches), or resubmitted jobs cannot resume"
+        )
     env_vars = {}
     for item in args.env:
         key, sep, value = item.partition("=")
@@ -310,8 +345,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return supervise(dashboard, shlex.join(command), runtime_env, args.max_retries, name, args.poll_s)
     except Unreachable as err:
-        print(f"[supervise] {err}; giving up: the job, if any, keeps running; run the same command again to "
-              f"re-attach to it (--name {name})", file=sys.stderr)
+        print(
+            f"[supervise] {err}; giving up: the job, if any, keeps running; run the same command again to "
+            f"re-attach to it (--name {name})",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -25,29 +25,40 @@ from pathlib import Path
 from jobs.centralized import centralize
 from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
-from pubswap import metrics_log
-from pubswap import step_checkpoint
-from pubswap.checkpoint import (Checkpoint, ResumeError, collect_temp, latest_checkpoint, list_rounds, prune,
-                                round_dir, save_checkpoint, storage_full, unusable, update_state, verify,
-                                write_text_atomic)
+from pubswap import metrics_log, step_checkpoint
+from pubswap.aggregation.base import weighted_mean
+from pubswap.checkpoint import (
+    Checkpoint,
+    ResumeError,
+    collect_temp,
+    latest_checkpoint,
+    list_rounds,
+    prune,
+    round_dir,
+    save_checkpoint,
+    storage_full,
+    unusable,
+    update_state,
+    verify,
+    write_text_atomic,
+)
 from pubswap.config import CENTRALIZED, ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
 from pubswap.evaluation import Score
-from pubswap.loggers import RunLogger
-from pubswap.plots import curve, label_of, plot
-from pubswap.timing import breakdown, format_breakdown
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.faults import maybe_crash
 from pubswap.lease import Lease, LeaseHeld, LeaseLost
-from pubswap.aggregation.base import weighted_mean
+from pubswap.loggers import RunLogger
 from pubswap.lora import Adapter, num_bytes, squared_distance
 from pubswap.metrics_log import read_records
 from pubswap.models import resolve_model
+from pubswap.plots import curve, label_of, plot
 from pubswap.seeding import rng
 from pubswap.storage import StorageError, is_uri, open_run
+from pubswap.timing import breakdown, format_breakdown
 
 # what a run writes into run_dir (besides LEASE): removed by --start-over, mirrored to a URI run_dir
 RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "summary.json", "progress.png", "config.json")
@@ -64,7 +75,9 @@ def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
     total = f.num_clients * d.per_client + d.public_size + d.test_size
     rows, report = load_source(d, total, cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rows = drop_long_prompts(rows, report, lambda r: len(chat_prompt_ids(tokenizer, r.prompt, r.context)), cfg.model.max_prompt_len)
+    rows = drop_long_prompts(
+        rows, report, lambda r: len(chat_prompt_ids(tokenizer, r.prompt, r.context)), cfg.model.max_prompt_len
+    )
     if report.total_rejected:
         print(f"data: {report}", flush=True)
     return dirichlet_split(rows, f.num_clients, d.per_client, d.dirichlet_alpha, d.public_size, d.test_size, cfg.seed)
@@ -75,15 +88,21 @@ def init_ray() -> None:
 
     if ray.is_initialized():
         return
-    defaults = {"TOKENIZERS_PARALLELISM": "false", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1",
-                # fewer glibc malloc arenas: multi-threaded torch processes hold less idle RSS
-                "MALLOC_ARENA_MAX": "2", **actor_env()}
+    defaults = {
+        "TOKENIZERS_PARALLELISM": "false",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "PYTHONUNBUFFERED": "1",
+        # fewer glibc malloc arenas: multi-threaded torch processes hold less idle RSS
+        "MALLOC_ARENA_MAX": "2",
+        **actor_env(),
+    }
     level = quiet_driver()
     if os.environ.get("RAY_ADDRESS"):
         # inside `ray job submit` (or a user-chosen cluster): what the job's runtime_env sets is in our
         # environment already, and Ray refuses to merge a key set twice, so add only the others
-        ray.init(runtime_env={"env_vars": {k: v for k, v in defaults.items() if k not in os.environ}},
-                 logging_level=level)
+        ray.init(
+            runtime_env={"env_vars": {k: v for k, v in defaults.items() if k not in os.environ}}, logging_level=level
+        )
     else:
         env_vars = {k: os.environ.get(k, v) for k, v in defaults.items()}
         if os.environ.get(FAULT_ENV):  # a fault drill: the actors must see the spec file too
@@ -102,23 +121,34 @@ def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float)
     extra = f" swapped_in {out['swapped_in']}" if out["public"] else ""
     gen = max(c["gen_s"] for c in clients)
     train = max(c["train_s"] for c in clients)
-    return (f"round {r}/{rounds} step {s}/{tau} {kind} reward [{rewards}]{extra} "
-            f"gen {gen:.1f}s train {train:.1f}s ({elapsed:.0f}s total)")
+    return (
+        f"round {r}/{rounds} step {s}/{tau} {kind} reward [{rewards}]{extra} "
+        f"gen {gen:.1f}s train {train:.1f}s ({elapsed:.0f}s total)"
+    )
 
 
-def _round_record(r: int, parts: list[int], steps: list[dict], avg: list[dict], num_actors: int,
-                  adapter_bytes: int, comm: dict) -> dict:
+def _round_record(
+    r: int, parts: list[int], steps: list[dict], avg: list[dict], num_actors: int, adapter_bytes: int, comm: dict
+) -> dict:
     """The round's metrics; per-client lists are in the order of `parts` (the round's participants)."""
     return {
-        "round": r, "participants": parts, "steps": steps, "drift_sq": [a["drift_sq"] for a in avg],
+        "round": r,
+        "participants": parts,
+        "steps": steps,
+        "drift_sq": [a["drift_sq"] for a in avg],
         "time": {},  # run_round fills in the breakdown (pubswap/timing.py)
         # upload / download: what each participant sends and receives under the aggregation strategy
         # (values + positions for sparse payloads, in the dtype sent); public_pool: the public steps'
         # responses, up to the server and back (all clients). Adapters move between actors, not logical
         # clients: a ring allreduce among A actors sends 2(A-1)/A of the averaged tensors per actor.
-        "bytes": {"adapter": adapter_bytes, "upload": comm["upload"], "download": comm["download"],
-                  "broadcast": num_actors * adapter_bytes, "allreduce": 2 * (num_actors - 1) * adapter_bytes,
-                  "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps)},
+        "bytes": {
+            "adapter": adapter_bytes,
+            "upload": comm["upload"],
+            "download": comm["download"],
+            "broadcast": num_actors * adapter_bytes,
+            "allreduce": 2 * (num_actors - 1) * adapter_bytes,
+            "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps),
+        },
         "reward_mean": [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(len(parts))],
     }
 
@@ -145,8 +175,9 @@ class InRoundCheckpoints:
             self.run.remove([f"checkpoints/{step_checkpoint.DIR_NAME}"])
 
 
-def run_round(fed, cfg: RunConfig, r: int, start: Adapter, t0: float,
-              inround: InRoundCheckpoints | None = None) -> tuple[dict, Adapter]:
+def run_round(
+    fed, cfg: RunConfig, r: int, start: Adapter, t0: float, inround: InRoundCheckpoints | None = None
+) -> tuple[dict, Adapter]:
     """tau local steps (public ones for PubSwap) and the average of round r (the evaluation follows the
     commit of the average, in the driver).
 
@@ -197,8 +228,7 @@ def evaluate_round(fed, cfg: RunConfig, r: int, average: Adapter, states: dict |
     out = eval_record(fed.evaluate(r, average))
     k = min(f.eval_clients, f.num_clients)
     sample = sorted(int(c) for c in rng(cfg.seed, "eval_clients", r).choice(f.num_clients, size=k, replace=False))
-    out["client_pass@1"] = {str(c): fed.evaluate(r, states["x"][c] if states else average).pass_at_1
-                            for c in sample}
+    out["client_pass@1"] = {str(c): fed.evaluate(r, states["x"][c] if states else average).pass_at_1 for c in sample}
     return out
 
 
@@ -242,8 +272,10 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
     else:
         average = client_average(states, parts)
     drift = [{"drift_sq": squared_distance(states["x"][c], average).item()} for c in parts]
-    comm = {"upload": [sum(g["sent"][c] for g in gossips) for c in parts],
-            "download": [sum(g["received"][c] for g in gossips) for c in parts]}
+    comm = {
+        "upload": [sum(g["sent"][c] for g in gossips) for c in parts],
+        "download": [sum(g["received"][c] for g in gossips) for c in parts],
+    }
     record = _round_record(r, parts, steps, drift, len(fed.actors), num_bytes(average), comm)
     record["consensus"] = [g["consensus"] for g in gossips]
     record["bytes"]["per_edge"] = [g["edge_bytes"] for g in gossips]  # mean over directed edges, per gossip
@@ -265,8 +297,13 @@ def initial_states(adapter: Adapter, num_clients: int) -> dict:
 
 def eval_record(sc: Score) -> dict:
     """An evaluation's fields in metrics.jsonl (and the checkpoint's fixed state for the base model)."""
-    return {"pass@1": sc.pass_at_1, "pass@1_se": sc.se, "eval_prompts": sc.prompts, "eval_n": sc.n,
-            "format_rate": sc.format_rate}
+    return {
+        "pass@1": sc.pass_at_1,
+        "pass@1_se": sc.se,
+        "eval_prompts": sc.prompts,
+        "eval_n": sc.n,
+        "format_rate": sc.format_rate,
+    }
 
 
 def _resume_point(cfg: RunConfig, ckpt_dir: Path, start_over: bool = False) -> Checkpoint | None:
@@ -280,15 +317,19 @@ def _resume_point(cfg: RunConfig, ckpt_dir: Path, start_over: bool = False) -> C
         evidence = _run_evidence(ckpt_dir.parent)
         if evidence:
             why = unusable(ckpt_dir) or ["no checkpoint folder at all"]
-            raise ResumeError(f"{cfg.run_dir} holds a run ({evidence}) but no checkpoint of it verifies:\n  "
-                              + "\n  ".join(why) + "\nNothing was changed. To discard that run and start over "
-                              "in this run_dir, rerun with --start-over.")
+            raise ResumeError(
+                f"{cfg.run_dir} holds a run ({evidence}) but no checkpoint of it verifies:\n  "
+                + "\n  ".join(why)
+                + "\nNothing was changed. To discard that run and start over "
+                "in this run_dir, rerun with --start-over."
+            )
         return None
     conflicts = resume_conflicts(ckpt.state["config"], cfg.to_dict())
     if conflicts:
-        raise ResumeError(f"{ckpt_dir.parent} holds a run with a different config, so it cannot be resumed with "
-                          "this one:\n  " + "\n  ".join(conflicts) +
-                          "\nUse a new run_dir, or the saved settings (config.json there).")
+        raise ResumeError(
+            f"{ckpt_dir.parent} holds a run with a different config, so it cannot be resumed with "
+            "this one:\n  " + "\n  ".join(conflicts) + "\nUse a new run_dir, or the saved settings (config.json there)."
+        )
     return ckpt
 
 
@@ -312,12 +353,20 @@ def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dic
     evaluated = [r for r in records if "pass@1" in r]
     final = evaluated[-1] if evaluated else base
     best = max([base, *evaluated], key=lambda r: r["pass@1"])
-    summary = {"base_pass@1": base["pass@1"], "base_pass@1_se": base.get("pass@1_se"),
-               "final_pass@1": final["pass@1"], "final_pass@1_se": final.get("pass@1_se"),
-               "best_pass@1": best["pass@1"], "best_pass@1_se": best.get("pass@1_se"),
-               "eval_prompts": final.get("eval_prompts"), "eval_n": final.get("eval_n"),
-               "final_format_rate": final.get("format_rate"),
-               "rounds": len(records), "run_dir": str(run_dir), "wall_s": wall}
+    summary = {
+        "base_pass@1": base["pass@1"],
+        "base_pass@1_se": base.get("pass@1_se"),
+        "final_pass@1": final["pass@1"],
+        "final_pass@1_se": final.get("pass@1_se"),
+        "best_pass@1": best["pass@1"],
+        "best_pass@1_se": best.get("pass@1_se"),
+        "eval_prompts": final.get("eval_prompts"),
+        "eval_n": final.get("eval_n"),
+        "final_format_rate": final.get("format_rate"),
+        "rounds": len(records),
+        "run_dir": str(run_dir),
+        "wall_s": wall,
+    }
     if base.get("pass@1_se") is not None and final.get("pass@1_se") is not None:
         # independent samples of test responses: the SE of the difference adds in quadrature
         summary["change"] = final["pass@1"] - base["pass@1"]
@@ -352,8 +401,10 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
         run_cfg, split = centralize(cfg, split)
     fingerprint = split.fingerprint()
     if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
-        raise ResumeError(f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
-                          "a changed dataset or task generator); refusing to resume")
+        raise ResumeError(
+            f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
+            "a changed dataset or task generator); refusing to resume"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     lease = Lease(run_dir, ft.lease_ttl_s, store=run.store).acquire()  # LeaseHeld: another live driver writes here
     try:
@@ -392,8 +443,18 @@ def _erase_run(run_dir: Path, run) -> None:
     print(f"--start-over: removed the previous run's files from {run_dir}", flush=True)
 
 
-def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir: Path, ckpt: Checkpoint | None,
-                  lease: Lease, handle_signals: bool, t0: float, run, user_cfg: RunConfig | None = None) -> dict:
+def _train_rounds(
+    cfg: RunConfig,
+    split: FederatedSplit,
+    model_dir: str,
+    run_dir: Path,
+    ckpt: Checkpoint | None,
+    lease: Lease,
+    handle_signals: bool,
+    t0: float,
+    run,
+    user_cfg: RunConfig | None = None,
+) -> dict:
     """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first.
     `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record.
     `run` (pubswap.storage) persists each local commit to a URI run_dir's store."""
@@ -402,13 +463,17 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
     def persist(*rels: str) -> None:
         lease.check()
         run.push(rels)
+
     from jobs.federation import Federation
 
     f, ft = cfg.federation, cfg.fault_tolerance
     ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
     fingerprint = split.fingerprint()
-    print(f"run dir: {run_dir}\nmodel: {model_dir}\nclient topic split (Dirichlet alpha={cfg.data.dirichlet_alpha}):\n"
-          f"{format_histogram(split)}", flush=True)
+    print(
+        f"run dir: {run_dir}\nmodel: {model_dir}\nclient topic split (Dirichlet alpha={cfg.data.dirichlet_alpha}):\n"
+        f"{format_histogram(split)}",
+        flush=True,
+    )
 
     init_ray()
     if handle_signals:
@@ -426,12 +491,20 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             global_adapter = fed.initial_adapter()
             if f.decentralized:
                 states = initial_states(global_adapter, f.num_clients)
-            base, _ = with_recovery("start", "evaluate the base model again", ft.max_round_retries,
-                                    lambda: (fed.set_global(global_adapter), fed.evaluate(0))[1],
-                                    lambda: fed.recover(global_adapter, states))
+            base, _ = with_recovery(
+                "start",
+                "evaluate the base model again",
+                ft.max_round_retries,
+                lambda: (fed.set_global(global_adapter), fed.evaluate(0))[1],
+                lambda: fed.recover(global_adapter, states),
+            )
             print(f"base model {base.line()} ({time.perf_counter() - t0:.0f}s)", flush=True)
-            fixed = {"config": user_cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": base.pass_at_1,
-                     "base_eval": eval_record(base)}
+            fixed = {
+                "config": user_cfg.to_dict(),
+                "split_sha256": fingerprint,
+                "base_pass@1": base.pass_at_1,
+                "base_eval": eval_record(base),
+            }
             lease.check()
             save_checkpoint(ckpt_dir, 0, global_adapter, lora_config, {**fixed, "record": None})
             persist("checkpoints/round_0000", "checkpoints/LATEST")
@@ -442,21 +515,32 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             global_adapter = ckpt.adapter()
             if f.decentralized:
                 states = ckpt.client_states() or initial_states(global_adapter, f.num_clients)
-            with_recovery("resume", "load the checkpoint again", ft.max_round_retries,
-                          lambda: fed.recover(global_adapter, states, restart=False),
-                          lambda: fed.recover(global_adapter, states))
-            fixed = {"config": user_cfg.to_dict(), "split_sha256": fingerprint, "base_pass@1": ckpt.state["base_pass@1"],
-                     "base_eval": _base_eval(ckpt.state)}
+            with_recovery(
+                "resume",
+                "load the checkpoint again",
+                ft.max_round_retries,
+                lambda: fed.recover(global_adapter, states, restart=False),
+                lambda: fed.recover(global_adapter, states),
+            )
+            fixed = {
+                "config": user_cfg.to_dict(),
+                "split_sha256": fingerprint,
+                "base_pass@1": ckpt.state["base_pass@1"],
+                "base_eval": _base_eval(ckpt.state),
+            }
             lease.check()
             # a round committed before its evaluation (the driver died evaluating it) is evaluated again
             unevaluated = ckpt.state.get("evaluated") is False
-            records = metrics_log.rebuild(metrics_path, ckpt.round - unevaluated,
-                                          lambda r: _checkpointed_record(ckpt_dir, r))
+            records = metrics_log.rebuild(
+                metrics_path, ckpt.round - unevaluated, lambda r: _checkpointed_record(ckpt_dir, r)
+            )
             persist("metrics.jsonl")
             start = ckpt.round + 1
-            print(f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}"
-                  f"{', its evaluation redone' if unevaluated else ''}); {len(records)} rounds of metrics kept",
-                  flush=True)
+            print(
+                f"resuming after round {ckpt.round} (checkpoint {ckpt.path.name}"
+                f"{', its evaluation redone' if unevaluated else ''}); {len(records)} rounds of metrics kept",
+                flush=True,
+            )
             if unevaluated:
                 start = ckpt.round
                 pending = (ckpt.state["record"], global_adapter, ckpt.client_states() if f.decentralized else None)
@@ -471,6 +555,7 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                 (record, new_global, new_states), pending, attempt = pending, None, 0
                 fed.restart_timing()
             else:
+
                 def body():
                     nonlocal t_round
                     t_round = time.perf_counter()
@@ -479,14 +564,24 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                     return (*run_round(fed, cfg, r, global_adapter, t0, inround), None)
 
                 (record, new_global, new_states), attempt = with_recovery(
-                    f"round {r}", f"redo round {r} from its last checkpoint", ft.max_round_retries, body,
-                    lambda: fed.recover(global_adapter, states))
+                    f"round {r}",
+                    f"redo round {r} from its last checkpoint",
+                    ft.max_round_retries,
+                    body,
+                    lambda: fed.recover(global_adapter, states),
+                )
                 record["recoveries"] = attempt
                 # the averaged adapter is committed before the evaluation: a fault there redoes only that
                 lease.check()
                 due = bool(r % cfg.eval_every == 0 or r == f.rounds)
-                save_checkpoint(ckpt_dir, r, new_global, lora_config,
-                                {**fixed, "record": record, "evaluated": not due}, clients=new_states)
+                save_checkpoint(
+                    ckpt_dir,
+                    r,
+                    new_global,
+                    lora_config,
+                    {**fixed, "record": record, "evaluated": not due},
+                    clients=new_states,
+                )
                 persist(f"checkpoints/{round_dir(ckpt_dir, r).name}", "checkpoints/LATEST")
                 if inround is not None:
                     inround.clear()
@@ -497,8 +592,13 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
                 fed.verify_incarnations()
                 return out
 
-            evaluation, _ = with_recovery(f"round {r}", f"evaluate round {r} again (its average is committed)",
-                                          ft.max_round_retries, evaluate, lambda: fed.recover(global_adapter, states))
+            evaluation, _ = with_recovery(
+                f"round {r}",
+                f"evaluate round {r} again (its average is committed)",
+                ft.max_round_retries,
+                evaluate,
+                lambda: fed.recover(global_adapter, states),
+            )
             record.update(evaluation)
             record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
             # the log line first, then the commit: a crash in between leaves a line the resume drops
@@ -513,13 +613,19 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
             lease.check()
             run.remove(f"checkpoints/{name}" for name in gone)
             logger.log_round(record)
-            plot([curve(label_of(user_cfg.to_dict()), fixed["base_eval"], records)], plot_path,
-                 title=str(Path(cfg.run_dir).name))
+            plot(
+                [curve(label_of(user_cfg.to_dict()), fixed["base_eval"], records)],
+                plot_path,
+                title=str(Path(cfg.run_dir).name),
+            )
             persist("tensorboard", "progress.png")
             t = record["time"]
             pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
-            print(f"round {r}/{f.rounds} done in {t['round_s']:.0f}s, drift {mean(record['drift_sq']):.2e}{pass_txt}; "
-                  f"checkpoint round_{r:04d}\n  {format_breakdown(t)}", flush=True)
+            print(
+                f"round {r}/{f.rounds} done in {t['round_s']:.0f}s, drift {mean(record['drift_sq']):.2e}{pass_txt}; "
+                f"checkpoint round_{r:04d}\n  {format_breakdown(t)}",
+                flush=True,
+            )
     finally:
         fed.shutdown()
         if logger is not None:
@@ -527,14 +633,19 @@ def _train_rounds(cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir
     lease.check()
     summary = _summary(run_dir, fixed["base_eval"], records, time.perf_counter() - t0)
     persist("summary.json")
-    print(f"base pass@1 {_pm(summary, 'base')} -> final pass@1 {_pm(summary, 'final')} "
-          f"(SE over {summary['eval_prompts']} test prompts) in {summary['wall_s']:.0f}s; run dir {run_dir}",
-          flush=True)
+    print(
+        f"base pass@1 {_pm(summary, 'base')} -> final pass@1 {_pm(summary, 'final')} "
+        f"(SE over {summary['eval_prompts']} test prompts) in {summary['wall_s']:.0f}s; run dir {run_dir}",
+        flush=True,
+    )
     if summary.get("change_se"):
-        print(f"pass@1 changed by {summary['change']:+.3f} ± {summary['change_se']:.3f} "
-              f"({summary['change'] / summary['change_se']:+.1f} standard errors of the difference): "
-              f"{'a significant rise (>= 2 SE)' if summary['change'] >= 2 * summary['change_se'] else 'within noise (< 2 SE)'}",
-              flush=True)
+        significant = summary["change"] >= 2 * summary["change_se"]
+        print(
+            f"pass@1 changed by {summary['change']:+.3f} ± {summary['change_se']:.3f} "
+            f"({summary['change'] / summary['change_se']:+.1f} standard errors of the difference): "
+            f"{'a significant rise (>= 2 SE)' if significant else 'within noise (< 2 SE)'}",
+            flush=True,
+        )
     return summary
 
 
@@ -553,11 +664,15 @@ def with_recovery(label: str, what: str, retries: int, body, restore):
             err = e
         while True:
             if restores == retries:
-                raise RuntimeError(f"{label} failed {restores + 1} times "
-                                   f"(fault_tolerance.max_round_retries={retries})") from err
+                raise RuntimeError(
+                    f"{label} failed {restores + 1} times (fault_tolerance.max_round_retries={retries})"
+                ) from err
             restores += 1
-            print(f"{label}: an actor died or hung ({err}); restarting the clients to {what} "
-                  f"(retry {restores}/{retries})", flush=True)
+            print(
+                f"{label}: an actor died or hung ({err}); restarting the clients to {what} "
+                f"(retry {restores}/{retries})",
+                flush=True,
+            )
             try:
                 print(f"{label}: clients back in {restore():.0f}s", flush=True)
                 break
@@ -574,8 +689,11 @@ def _best_round(records: list[dict]) -> int:
 def _finished(cfg: RunConfig, run_dir: Path, ckpt: Checkpoint, run) -> dict:
     """The summary of a run whose last round is checkpointed already: nothing to train (the summary is
     written here, not pushed: this driver may not hold the lease)."""
-    print(f"{cfg.run_dir}: the run already finished (round {ckpt.round} of {cfg.federation.rounds} is checkpointed); "
-          "nothing to do. Raise federation.rounds to continue it.", flush=True)
+    print(
+        f"{cfg.run_dir}: the run already finished (round {ckpt.round} of {cfg.federation.rounds} is checkpointed); "
+        "nothing to do. Raise federation.rounds to continue it.",
+        flush=True,
+    )
     if (run_dir / "summary.json").is_file():
         return json.loads((run_dir / "summary.json").read_text())
     return _summary(run_dir, _base_eval(ckpt.state), read_records(run_dir / "metrics.jsonl")[: ckpt.round], 0.0)
@@ -634,9 +752,12 @@ def stop_on_sigterm() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Federated GRPO / PubSwap round driver")
     parser.add_argument("--config", default=None, help="YAML config file")
-    parser.add_argument("--start-over", action="store_true",
-                        help="discard the run that run_dir holds (checkpoints, metrics, events) and start afresh; "
-                             "without it a run_dir is always resumed, and one that cannot be is left untouched")
+    parser.add_argument(
+        "--start-over",
+        action="store_true",
+        help="discard the run that run_dir holds (checkpoints, metrics, events) and start afresh; "
+        "without it a run_dir is always resumed, and one that cannot be is left untouched",
+    )
     parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. federation.tau=4")
     args = parser.parse_args(argv)
     quiet_driver()
@@ -647,8 +768,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     from actors.collective import CollectiveSetupError
-    from pubswap.data.rows import DataError
     from placement import PlacementError
+    from pubswap.data.rows import DataError
     from pubswap.gpu_budget import GpuBudgetError
 
     stop_on_sigterm()
@@ -662,8 +783,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             raise inner from None
     except Stopped as e:
-        print(f"stopped by {e}: the actors and their engines were shut down; rerun the same command to resume "
-              "after the last checkpointed round", file=sys.stderr)
+        print(
+            f"stopped by {e}: the actors and their engines were shut down; rerun the same command to resume "
+            "after the last checkpointed round",
+            file=sys.stderr,
+        )
         return 128 + int(e.args[0]) if e.args and isinstance(e.args[0], int) else 1
     except ResumeError as e:
         print(f"cannot resume: {e}", file=sys.stderr)
@@ -686,9 +810,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         if not storage_full(e):
             raise
-        print(f"storage full: {e}; the previous checkpoint is intact and no temp file was left. Free space in "
-              f"{cfg.run_dir}'s storage (or lower checkpoint.keep_last), then rerun the same command to resume",
-              file=sys.stderr)
+        print(
+            f"storage full: {e}; the previous checkpoint is intact and no temp file was left. Free space in "
+            f"{cfg.run_dir}'s storage (or lower checkpoint.keep_last), then rerun the same command to resume",
+            file=sys.stderr,
+        )
         return EXIT_STORAGE_FULL
     return 0
 
@@ -697,9 +823,11 @@ def check_run_dir_for_jobs(run_dir: str) -> None:
     """Under `ray job submit` a relative run_dir lands in the job's temporary working directory, which the
     next attempt does not see: a config error, not a run that cannot resume."""
     if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR") and not is_uri(run_dir) and not Path(run_dir).is_absolute():
-        raise ConfigError(f"run_dir={run_dir} is relative: under `ray job submit` it would be inside the job's "
-                          "temporary working directory and lost when the job is resubmitted; give an object-store "
-                          "URI (run_dir=s3://bucket/prefix) or an absolute path on storage every node reaches")
+        raise ConfigError(
+            f"run_dir={run_dir} is relative: under `ray job submit` it would be inside the job's "
+            "temporary working directory and lost when the job is resubmitted; give an object-store "
+            "URI (run_dir=s3://bucket/prefix) or an absolute path on storage every node reaches"
+        )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,11 @@ def node_types() -> tuple[list[NodeType] | None, bool]:
         config = ray._private.state.state.get_cluster_config()
     except Exception:  # an older GCS, or no autoscaler state
         config = None
-    live = [NodeType(n.get("NodeManagerAddress", "node"), dict(n.get("Resources", {})), 1)
-            for n in ray.nodes() if n.get("Alive")]
+    live = [
+        NodeType(n.get("NodeManagerAddress", "node"), dict(n.get("Resources", {})), 1)
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
     if config is not None and config.node_group_configs:
         # the live nodes too: a head node's group may say max_count 0 although the head is up
         types = [NodeType(g.name, dict(g.resources), int(g.max_count)) for g in config.node_group_configs]
@@ -115,8 +118,7 @@ def fits(bundle: Mapping[str, float], resources: Mapping[str, float]) -> bool:
     return all(resources.get(k, 0.0) >= v for k, v in bundle.items() if v > 0)
 
 
-def never_fits(bundles: Sequence[Mapping[str, float]], types: Sequence[NodeType] | None,
-               strategy: str) -> str | None:
+def never_fits(bundles: Sequence[Mapping[str, float]], types: Sequence[NodeType] | None, strategy: str) -> str | None:
     """Why `bundles` can never be placed on nodes of `types` (None: they can, given enough nodes, or the
     node types are unknown)."""
     if types is None:
@@ -136,7 +138,7 @@ def never_fits(bundles: Sequence[Mapping[str, float]], types: Sequence[NodeType]
             per_node = min(int(t.resources.get(k, 0.0) // v) for k, v in bundles[0].items() if v > 0)
             slots += (min(per_node, 1) if strategy == "STRICT_SPREAD" else per_node) * t.max_count
         if slots < len(bundles):
-            return (f"{len(bundles)} bundles {dict(bundles[0])} ({strategy}) but its nodes hold at most {slots}")
+            return f"{len(bundles)} bundles {dict(bundles[0])} ({strategy}) but its nodes hold at most {slots}"
     return None
 
 
@@ -148,26 +150,45 @@ def shortfall(bundles: Sequence[Mapping[str, float]], total: Mapping[str, float]
     return need, {k: total.get(k, 0.0) for k in need}
 
 
-def waiting_line(bundles: Sequence[Mapping[str, float]], strategy: str, elapsed: float, timeout: float,
-                 total: Mapping[str, float], available: Mapping[str, float], autoscaling: bool) -> str:
+def waiting_line(
+    bundles: Sequence[Mapping[str, float]],
+    strategy: str,
+    elapsed: float,
+    timeout: float,
+    total: Mapping[str, float],
+    available: Mapping[str, float],
+    autoscaling: bool,
+) -> str:
     """The progress line printed while the placement group is pending."""
     need, have = shortfall(bundles, total)
     free = {k: available.get(k, 0.0) for k in need}
-    why = ("the autoscaler is adding nodes (a cold GPU node boots and installs its packages first: minutes)"
-           if autoscaling else "waiting for resources held by other work to free up")
-    return (f"placement: waiting {elapsed:.0f}s of {timeout:.0f}s for {len(bundles)} client bundles "
-            f"{dict(bundles[0])} ({strategy}): need {need}, cluster has {have} ({free} free); {why}")
+    why = (
+        "the autoscaler is adding nodes (a cold GPU node boots and installs its packages first: minutes)"
+        if autoscaling
+        else "waiting for resources held by other work to free up"
+    )
+    return (
+        f"placement: waiting {elapsed:.0f}s of {timeout:.0f}s for {len(bundles)} client bundles "
+        f"{dict(bundles[0])} ({strategy}): need {need}, cluster has {have} ({free} free); {why}"
+    )
 
 
-def reserve(bundles: list[dict[str, float]], strategy: str = "PACK", timeout_s: float = 1800.0,
-            progress_every_s: float = 30.0, log: Callable[[str], None] = lambda s: print(s, flush=True)):
+def reserve(
+    bundles: list[dict[str, float]],
+    strategy: str = "PACK",
+    timeout_s: float = 1800.0,
+    progress_every_s: float = 30.0,
+    log: Callable[[str], None] = lambda s: print(s, flush=True),
+):
     """Create the placement group and wait until it is ready, printing progress; raise PlacementError
     at once if the cluster can never hold it, or after `timeout_s`."""
     types, autoscaling = node_types()
     reason = never_fits(bundles, types, strategy)
     if reason is not None:
-        raise PlacementError(f"the cluster can never hold the client actors: {reason}. Lower "
-                             "resources.cpus_per_client / gpus_per_client, or add a node type that fits.")
+        raise PlacementError(
+            f"the cluster can never hold the client actors: {reason}. Lower "
+            "resources.cpus_per_client / gpus_per_client, or add a node type that fits."
+        )
     pg = placement_group(bundles, strategy=strategy)
     start = time.monotonic()
     while True:
@@ -178,15 +199,21 @@ def reserve(bundles: list[dict[str, float]], strategy: str = "PACK", timeout_s: 
         elapsed = time.monotonic() - start
         if elapsed >= timeout_s:
             break
-        log(waiting_line(bundles, strategy, elapsed, timeout_s, ray.cluster_resources(), ray.available_resources(),
-                         autoscaling))
+        log(
+            waiting_line(
+                bundles, strategy, elapsed, timeout_s, ray.cluster_resources(), ray.available_resources(), autoscaling
+            )
+        )
     remove_placement_group(pg)
     need, have = shortfall(bundles, ray.cluster_resources())
-    raise PlacementError(f"cluster cannot hold {len(bundles)} client bundles {bundles[0]} ({strategy}) within "
-                         f"{timeout_s:.0f}s (resources.placement_timeout_s): need {need}, cluster has {have}. Lower "
-                         "resources.cpus_per_client / gpus_per_client, add nodes, or wait longer.")
+    raise PlacementError(
+        f"cluster cannot hold {len(bundles)} client bundles {bundles[0]} ({strategy}) within "
+        f"{timeout_s:.0f}s (resources.placement_timeout_s): need {need}, cluster has {have}. Lower "
+        "resources.cpus_per_client / gpus_per_client, add nodes, or wait longer."
+    )
 
 
 def bundle_strategy(pg, index: int) -> PlacementGroupSchedulingStrategy:
-    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=index,
-                                            placement_group_capture_child_tasks=False)
+    return PlacementGroupSchedulingStrategy(
+        placement_group=pg, placement_group_bundle_index=index, placement_group_capture_child_tasks=False
+    )

@@ -35,6 +35,8 @@ def _probe() -> dict:
 
 def probe_bundles(pg, num_bundles: int, gpus: float, timeout_s: float = 300.0) -> list[dict]:
     """One report per bundle of `pg` (asks the bundle's GPU share, no CPU)."""
-    refs = [_probe.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=bundle_strategy(pg, i)).remote()
-            for i in range(num_bundles)]
+    refs = [
+        _probe.options(num_cpus=0, num_gpus=gpus, scheduling_strategy=bundle_strategy(pg, i)).remote()
+        for i in range(num_bundles)
+    ]
     return ray.get(refs, timeout=timeout_s)

@@ -5,11 +5,11 @@
       round_0003/   adapter_model.safetensors  adapter_config.json  state.json
       LATEST        "round_0003": the newest committed checkpoint
 
-A checkpoint is written into a temp folder, fsynced, and renamed into place: the rename is the commit.
-LATEST is then replaced the same way; it is for people and tools, since the reader trusts the folders. `state.json` holds the round index, the sha256 of the weights
-file, the run's config and data fingerprint, and the round's metrics record. A folder whose state does
-not parse or whose weights do not match their hash is skipped with a warning and the previous good one
-is used.
+A checkpoint is written into a temp folder, fsynced, and renamed into place: the rename is the commit. LATEST
+is then replaced the same way; it is for people and tools, since the reader trusts the folders. `state.json`
+holds the round index, the sha256 of the weights file, the run's config and data fingerprint, and the round's
+metrics record. A folder whose state does not parse or whose weights do not match their hash is skipped with a
+warning and the previous good one is used.
 
 What a round needs besides the global adapter is derived from (seed, round, step, client) -- the
 private and public batches, rollout seeds, swap draws -- and the optimizer is reset every round, so
@@ -103,8 +103,12 @@ class Checkpoint:
 
 
 def flat_client_states(states: Mapping) -> dict:
-    return {f"{kind}/{cid}/{k}": t.contiguous() for kind in ("x", "public")
-            for cid, tensors in sorted(states.get(kind, {}).items()) for k, t in sorted(tensors.items())}
+    return {
+        f"{kind}/{cid}/{k}": t.contiguous()
+        for kind in ("x", "public")
+        for cid, tensors in sorted(states.get(kind, {}).items())
+        for k, t in sorted(tensors.items())
+    }
 
 
 def weights_file(state: Mapping[str, Any]) -> str:
@@ -148,8 +152,14 @@ def write_text_atomic(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
-def save_checkpoint(ckpt_dir: str | os.PathLike, round_idx: int, adapter: Mapping, lora_config,
-                    state: Mapping[str, Any], clients: Mapping | None = None) -> Path:
+def save_checkpoint(
+    ckpt_dir: str | os.PathLike,
+    round_idx: int,
+    adapter: Mapping,
+    lora_config,
+    state: Mapping[str, Any],
+    clients: Mapping | None = None,
+) -> Path:
     """Commit the global adapter after `round_idx` with its `state` (and a decentralized run's per-client
     `clients` states); returns the checkpoint folder."""
     ckpt_dir = Path(ckpt_dir)
@@ -207,7 +217,7 @@ def verify(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, f"{STATE_NAME} does not parse ({e})"
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         return None, f"{STATE_NAME} has an unknown format"
-    if state.get("round") != int(path.name[len(PREFIX):]):
+    if state.get("round") != int(path.name[len(PREFIX) :]):
         return None, f"{STATE_NAME} says round {state.get('round')}"
     name = weights_file(state)
     weights = path / name
@@ -225,7 +235,7 @@ def verify(path: Path) -> tuple[dict[str, Any] | None, str]:
 def list_rounds(ckpt_dir: Path) -> list[int]:
     out = []
     for p in Path(ckpt_dir).glob(f"{PREFIX}*"):
-        suffix = p.name[len(PREFIX):]
+        suffix = p.name[len(PREFIX) :]
         if p.is_dir() and suffix.isdigit():
             out.append(int(suffix))
     return sorted(out)
@@ -240,8 +250,11 @@ def latest_checkpoint(ckpt_dir: str | os.PathLike) -> Checkpoint | None:
         path = round_dir(ckpt_dir, r)
         state, why = verify(path)
         if state is None:
-            warnings.warn(f"checkpoint {path} is unusable ({why}); falling back to the previous one",
-                          CheckpointWarning, stacklevel=2)
+            warnings.warn(
+                f"checkpoint {path} is unusable ({why}); falling back to the previous one",
+                CheckpointWarning,
+                stacklevel=2,
+            )
             continue
         return Checkpoint(r, path, state)
     return None

@@ -36,8 +36,9 @@ def _check_aggregation_kwargs(f) -> None:
     known = strategy_params(f.aggregation)
     for key, value in f.aggregation_kwargs.items():
         if key not in known:
-            raise ConfigError(f"federation.aggregation_kwargs.{key}: not a parameter of {f.aggregation} "
-                              f"(it takes {known or 'none'})")
+            raise ConfigError(
+                f"federation.aggregation_kwargs.{key}: not a parameter of {f.aggregation} (it takes {known or 'none'})"
+            )
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"federation.aggregation_kwargs.{key}: must be a number, got {value!r}")
     try:
@@ -50,8 +51,13 @@ def _check_aggregation_kwargs(f) -> None:
 # forms gossip the LoRA tensors; dsgd, chocosgd and seedflood train and exchange every weight of the model
 FULL_PARAMETER = ("dsgd", "chocosgd", "seedflood")
 DECENTRALIZED = ("dsgd-lora", "chocosgd-lora", *FULL_PARAMETER)
-GOSSIP_RULES = {"dsgd": "dsgd", "dsgd-lora": "dsgd", "chocosgd": "choco", "chocosgd-lora": "choco",
-                "seedflood": "seedflood"}
+GOSSIP_RULES = {
+    "dsgd": "dsgd",
+    "dsgd-lora": "dsgd",
+    "chocosgd": "choco",
+    "chocosgd-lora": "choco",
+    "seedflood": "seedflood",
+}
 # centralized: the reference of normalized performance, one learner on every client's data (jobs/centralized.py);
 # centralized-full trains every weight, the reference of the full-parameter methods
 CENTRALIZED = ("centralized", "centralized-full")
@@ -61,8 +67,15 @@ COMPRESSORS = ("top-k", "rand-k", "identity")
 AGGREGATIONS = ("fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu")  # pubswap/aggregation/
 WEIGHTINGS = ("uniform", "samples")
 REWARDS = ("auto", "math", "exact", "choice", "reasoning_gym")
-SOURCE_REWARDS = {"reasoning_gym": "reasoning_gym", "math": "math", "deepmath": "math", "medical": "choice",
-                  "sst2": "exact", "rte": "exact", "boolq": "exact"}
+SOURCE_REWARDS = {
+    "reasoning_gym": "reasoning_gym",
+    "math": "math",
+    "deepmath": "math",
+    "medical": "choice",
+    "sst2": "exact",
+    "rte": "exact",
+    "boolq": "exact",
+}
 REWARD_MODES = ("strict", "lenient")
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -209,11 +222,11 @@ class DataConfig:
     reward: str = "auto"
     reward_mode: str = "strict"  # strict: only the answer in the asked format (\boxed{}) counts; lenient
 
-
     @property
     def verifier(self) -> str:
         """The reward actually used: `reward`, with auto resolved from the source."""
         return SOURCE_REWARDS.get(self.source, "math") if self.reward == "auto" else self.reward
+
 
 @dataclass
 class RolloutConfig:
@@ -376,8 +389,10 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping, got {value!r}")
         key_tp, value_tp = typing.get_args(tp)
-        return {_coerce(key_tp, k, key): ({} if v is None and value_tp is dict else _coerce(value_tp, v, f"{key}.{k}"))
-                for k, v in value.items()}
+        return {
+            _coerce(key_tp, k, key): ({} if v is None and value_tp is dict else _coerce(value_tp, v, f"{key}.{k}"))
+            for k, v in value.items()
+        }
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if isinstance(value, str):
@@ -400,6 +415,7 @@ def _coerce(tp: Any, value: Any, key: str) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Validation
 
+
 def validate(cfg: RunConfig) -> None:
     def need(ok: bool, key: str, why: str) -> None:
         if not ok:
@@ -408,11 +424,10 @@ def validate(cfg: RunConfig) -> None:
     m, g, f, d, lo = cfg.model, cfg.grpo, cfg.federation, cfg.data, cfg.lora
     need(bool(m.path), "model.path", "is required (a local model folder or a hub id)")
     if is_builtin(m.path):
-        name = m.path[len(BUILTIN_PREFIX):]
+        name = m.path[len(BUILTIN_PREFIX) :]
         need(name in BUILTINS, "model.path", f"unknown builtin model {name!r}; known: {sorted(BUILTINS)}")
     else:
-        need(Path(m.path).exists() or is_hub_id(m.path),
-             "model.path", f"{m.path!r} does not exist")
+        need(Path(m.path).exists() or is_hub_id(m.path), "model.path", f"{m.path!r} does not exist")
     if m.gguf_file is not None and Path(m.path).is_dir():
         need((Path(m.path) / m.gguf_file).is_file(), "model.gguf_file", f"{m.gguf_file!r} not found in {m.path}")
     need(m.dtype in DTYPES, "model.dtype", f"must be one of {DTYPES}")
@@ -420,12 +435,19 @@ def validate(cfg: RunConfig) -> None:
     need(m.max_response_len > 0, "model.max_response_len", "must be > 0")
 
     if isinstance(lo.r, list):
-        need(len(lo.r) == f.num_clients, "lora.r",
-             f"a list of per-client ranks needs one per client (federation.num_clients={f.num_clients}), got {len(lo.r)}")
+        need(
+            len(lo.r) == f.num_clients,
+            "lora.r",
+            f"a list of per-client ranks needs one per client (federation.num_clients={f.num_clients}), "
+            f"got {len(lo.r)}",
+        )
         need(all(r > 0 for r in lo.r), "lora.r", f"every rank must be > 0, got {lo.r}")
-        need(f.aggregation == "flexlora" or len(set(lo.r)) == 1, "lora.r",
-             "per-client ranks need federation.aggregation=flexlora (its SVD orders the components, so a "
-             f"client's first r[i] are its best rank-r[i] part), got {f.aggregation}")
+        need(
+            f.aggregation == "flexlora" or len(set(lo.r)) == 1,
+            "lora.r",
+            "per-client ranks need federation.aggregation=flexlora (its SVD orders the components, so a "
+            f"client's first r[i] are its best rank-r[i] part), got {f.aggregation}",
+        )
     else:
         need(lo.r > 0, "lora.r", "must be > 0")
     need(lo.alpha > 0, "lora.alpha", "must be > 0")
@@ -436,8 +458,11 @@ def validate(cfg: RunConfig) -> None:
     need(g.b >= 1, "grpo.b", "must be >= 1")
     need(g.grad_epochs >= 1, "grpo.grad_epochs", "must be >= 1")
     need(g.mini_batch_size >= 0, "grpo.mini_batch_size", "must be >= 0 (0: the whole step's batch)")
-    need(g.mini_batch_size == 0 or g.b % g.mini_batch_size == 0, "grpo.mini_batch_size",
-         f"must divide grpo.b ({g.b}), got {g.mini_batch_size}")
+    need(
+        g.mini_batch_size == 0 or g.b % g.mini_batch_size == 0,
+        "grpo.mini_batch_size",
+        f"must divide grpo.b ({g.b}), got {g.mini_batch_size}",
+    )
     need(g.lr > 0, "grpo.lr", "must be > 0")
     need(g.weight_decay >= 0, "grpo.weight_decay", "must be >= 0")
     need(g.grad_clip > 0, "grpo.grad_clip", "must be > 0")
@@ -460,8 +485,11 @@ def validate(cfg: RunConfig) -> None:
     need(f.tau >= 1, "federation.tau", f"must be >= 1, got {f.tau}")
     need(f.swap_period >= 1, "federation.swap_period", "must be >= 1")
     if f.swap_rule is not None:
-        need(f.swap_period < f.tau, "federation.swap_period",
-             f"must be < federation.tau (paper: tau_swap < tau), got {f.swap_period} >= {f.tau}")
+        need(
+            f.swap_period < f.tau,
+            "federation.swap_period",
+            f"must be < federation.tau (paper: tau_swap < tau), got {f.swap_period} >= {f.tau}",
+        )
     need(f.topology in TOPOLOGIES, "federation.topology", f"must be one of {TOPOLOGIES}, got {f.topology!r}")
     need(f.gossip_every >= 1, "federation.gossip_every", "must be >= 1")
     need(0 < f.choco_gamma <= 1, "federation.choco_gamma", f"must be in (0, 1], got {f.choco_gamma}")
@@ -475,12 +503,18 @@ def validate(cfg: RunConfig) -> None:
             make_topology(f.topology, f.num_clients, f.edges)
         except ValueError as e:
             raise ConfigError(f"federation.{'edges' if f.topology == 'edges' else 'topology'}: {e}") from None
-        need(f.clients_in_round() == f.num_clients, "federation.participation",
-             "decentralized methods train every client every round (participation 1)")
+        need(
+            f.clients_in_round() == f.num_clients,
+            "federation.participation",
+            "decentralized methods train every client every round (participation 1)",
+        )
     if f.full_parameter:
-        need(cfg.rollout.backend == "hf", "rollout.backend",
-             f"federation.method {f.method} trains every weight, so each client's rollouts need its own full "
-             "weights: only the HF backend serves them (set rollout.backend: hf)")
+        need(
+            cfg.rollout.backend == "hf",
+            "rollout.backend",
+            f"federation.method {f.method} trains every weight, so each client's rollouts need its own full "
+            "weights: only the HF backend serves them (set rollout.backend: hf)",
+        )
     need(f.zo_eps > 0, "federation.zo_eps", f"must be > 0, got {f.zo_eps}")
     need(f.zo_lr > 0, "federation.zo_lr", f"must be > 0, got {f.zo_lr}")
     need(f.aggregation in AGGREGATIONS, "federation.aggregation", f"must be one of {AGGREGATIONS}")
@@ -491,19 +525,27 @@ def validate(cfg: RunConfig) -> None:
     need(f.clients_per_round >= 0, "federation.clients_per_round", "must be >= 0 (0: use federation.participation)")
 
     need(d.source in SOURCES, "data.source", f"must be one of {SOURCES}, got {d.source!r}")
-    need(len(d.paths) in (0, PATHS_PER_SOURCE.get(d.source, 0)),
-         "data.paths", f"{d.source} takes {PATHS_PER_SOURCE.get(d.source, 0)} path(s) (or none for the hub), "
-                       f"got {len(d.paths)}")
+    need(
+        len(d.paths) in (0, PATHS_PER_SOURCE.get(d.source, 0)),
+        "data.paths",
+        f"{d.source} takes {PATHS_PER_SOURCE.get(d.source, 0)} path(s) (or none for the hub), got {len(d.paths)}",
+    )
     need(d.subsample >= 0, "data.subsample", "must be >= 0 (0: keep every row)")
     need(len(d.tasks) > 0, "data.tasks", "must name at least one task")
     need(d.per_client >= 1, "data.per_client", "must be >= 1")
-    need(d.public_size >= (g.b if f.swap_rule else 0), "data.public_size",
-         f"must be >= grpo.b ({g.b}) for a PubSwap method")
+    need(
+        d.public_size >= (g.b if f.swap_rule else 0),
+        "data.public_size",
+        f"must be >= grpo.b ({g.b}) for a PubSwap method",
+    )
     need(d.test_size >= 1, "data.test_size", "must be >= 1")
     need(d.dirichlet_alpha > 0, "data.dirichlet_alpha", "must be > 0")
     need(d.reward in REWARDS, "data.reward", f"must be one of {REWARDS}")
-    need(d.reward != "reasoning_gym" or d.source == "reasoning_gym", "data.reward",
-         f"reasoning_gym scores reasoning-gym rows only (data.source is {d.source!r})")
+    need(
+        d.reward != "reasoning_gym" or d.source == "reasoning_gym",
+        "data.reward",
+        f"reasoning_gym scores reasoning-gym rows only (data.source is {d.source!r})",
+    )
     if d.source == "reasoning_gym":
         from pubswap.data.reasoning_gym_tasks import check_tasks
 
@@ -513,30 +555,55 @@ def validate(cfg: RunConfig) -> None:
 
     r, res = cfg.rollout, cfg.resources
     need(r.backend in ("vllm", "hf"), "rollout.backend", "must be 'vllm' or 'hf'")
-    need(r.lora_mode in ("auto", "merged", "lora"), "rollout.lora_mode",
-         f"must be auto, merged or lora, got {r.lora_mode!r}")
+    need(
+        r.lora_mode in ("auto", "merged", "lora"),
+        "rollout.lora_mode",
+        f"must be auto, merged or lora, got {r.lora_mode!r}",
+    )
     need(r.kv_cache_gib > 0, "rollout.kv_cache_gib", "must be > 0")
-    need(0 < r.gpu_memory_utilization < 1, "rollout.gpu_memory_utilization",
-         "must be in (0, 1): the engine's fraction of its actor's GPU share, the trainer gets the rest")
+    need(
+        0 < r.gpu_memory_utilization < 1,
+        "rollout.gpu_memory_utilization",
+        "must be in (0, 1): the engine's fraction of its actor's GPU share, the trainer gets the rest",
+    )
     need(r.max_num_seqs >= 0, "rollout.max_num_seqs", "must be >= 0 (0: automatic)")
     need(r.max_num_batched_tokens >= 0, "rollout.max_num_batched_tokens", "must be >= 0 (0: automatic)")
-    need(not r.adapter_dir or Path(r.adapter_dir).is_absolute(), "rollout.adapter_dir",
-         f"must be an absolute node-local path (or empty for /dev/shm), got {r.adapter_dir!r}")
-    need(0 <= res.num_actors <= f.num_clients, "resources.num_actors",
-         f"must be in [0, federation.num_clients={f.num_clients}] (0: one actor per client), got {res.num_actors}")
+    need(
+        not r.adapter_dir or Path(r.adapter_dir).is_absolute(),
+        "rollout.adapter_dir",
+        f"must be an absolute node-local path (or empty for /dev/shm), got {r.adapter_dir!r}",
+    )
+    need(
+        0 <= res.num_actors <= f.num_clients,
+        "resources.num_actors",
+        f"must be in [0, federation.num_clients={f.num_clients}] (0: one actor per client), got {res.num_actors}",
+    )
     need(res.cpus_per_client > 0, "resources.cpus_per_client", "must be > 0")
     need(res.gpus_per_client is None or res.gpus_per_client >= 0, "resources.gpus_per_client", "must be >= 0")
-    need(res.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
-         "resources.placement_strategy", "must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD")
+    need(
+        res.placement_strategy in ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"),
+        "resources.placement_strategy",
+        "must be PACK, SPREAD, STRICT_PACK or STRICT_SPREAD",
+    )
     need(res.placement_timeout_s > 0, "resources.placement_timeout_s", "must be > 0")
-    need(res.collective_backend in ("gloo", "nccl"), "resources.collective_backend",
-         f"must be 'gloo' or 'nccl', got {res.collective_backend!r}")
-    need(res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client > 0,
-         "resources.collective_backend", "nccl needs GPUs (resources.gpus_per_client > 0); use gloo on CPUs")
-    need(res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client >= 1,
-         "resources.collective_backend", f"nccl cannot place two ranks on one GPU, and gpus_per_client="
-         f"{res.gpus_per_client:g} shares a card between client actors; use gloo, or gpus_per_client >= 1"
-         if res.gpus_per_client is not None else "")
+    need(
+        res.collective_backend in ("gloo", "nccl"),
+        "resources.collective_backend",
+        f"must be 'gloo' or 'nccl', got {res.collective_backend!r}",
+    )
+    need(
+        res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client > 0,
+        "resources.collective_backend",
+        "nccl needs GPUs (resources.gpus_per_client > 0); use gloo on CPUs",
+    )
+    need(
+        res.collective_backend != "nccl" or res.gpus_per_client is None or res.gpus_per_client >= 1,
+        "resources.collective_backend",
+        f"nccl cannot place two ranks on one GPU, and gpus_per_client="
+        f"{res.gpus_per_client:g} shares a card between client actors; use gloo, or gpus_per_client >= 1"
+        if res.gpus_per_client is not None
+        else "",
+    )
     need(cfg.eval_every >= 1, "eval_every", "must be >= 1")
     need(cfg.eval_n >= 1, "eval_n", "must be >= 1")
     unknown = [x for x in cfg.logger if x not in LOGGERS]
@@ -544,8 +611,11 @@ def validate(cfg: RunConfig) -> None:
     if "wandb" in cfg.logger:
         import importlib.util
 
-        need(importlib.util.find_spec("wandb") is not None, "logger",
-             "wandb is listed but not installed (`pip install wandb`, or drop it from logger)")
+        need(
+            importlib.util.find_spec("wandb") is not None,
+            "logger",
+            "wandb is listed but not installed (`pip install wandb`, or drop it from logger)",
+        )
     ft = cfg.fault_tolerance
     need(ft.max_round_retries >= 0, "fault_tolerance.max_round_retries", "must be >= 0")
     need(ft.restart_timeout_s > 0, "fault_tolerance.restart_timeout_s", "must be > 0")
@@ -560,11 +630,26 @@ def validate(cfg: RunConfig) -> None:
 
 # What a resumed run may change: where and how it runs, how far, how often it evaluates. Everything
 # else (model, data, method, clients, seeds, hyperparameters, rollout backend) would change the result.
-RESUMABLE_KEYS = ("run_dir", "federation.rounds", "eval_every", "resources.", "fault_tolerance.", "checkpoint.", "logger",
-                  "rollout.kv_cache_gib", "rollout.gpu_memory_utilization", "rollout.sleep_mode",
-                  "rollout.enforce_eager", "rollout.max_num_seqs", "rollout.max_num_batched_tokens",
-                  "rollout.adapter_dir", "deterministic",
-                  "grpo.micro_batch_tokens", "grpo.logprob_chunk", "grpo.gradient_checkpointing")
+RESUMABLE_KEYS = (
+    "run_dir",
+    "federation.rounds",
+    "eval_every",
+    "resources.",
+    "fault_tolerance.",
+    "checkpoint.",
+    "logger",
+    "rollout.kv_cache_gib",
+    "rollout.gpu_memory_utilization",
+    "rollout.sleep_mode",
+    "rollout.enforce_eager",
+    "rollout.max_num_seqs",
+    "rollout.max_num_batched_tokens",
+    "rollout.adapter_dir",
+    "deterministic",
+    "grpo.micro_batch_tokens",
+    "grpo.logprob_chunk",
+    "grpo.gradient_checkpointing",
+)
 
 
 def _dotted(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -24,8 +24,10 @@ class Score:
 
     def line(self) -> str:
         est = "pass@1" if self.n == 1 else f"pass@1 (mean@{self.n})"
-        return (f"{est} {self.pass_at_1:.3f} ± {self.se:.3f} (SE, {self.prompts} prompts), "
-                f"answers in format {self.format_rate:.2f}")
+        return (
+            f"{est} {self.pass_at_1:.3f} ± {self.se:.3f} (SE, {self.prompts} prompts), "
+            f"answers in format {self.format_rate:.2f}"
+        )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -39,10 +41,15 @@ def score(rewards: Sequence[Sequence[float]], in_format: Sequence[Sequence[bool]
     p = sum(means) / len(means)
     var = sum((m - p) ** 2 for m in means) / len(means)
     flags = [f for fs in in_format for f in fs]
-    return Score(pass_at_1=p, se=math.sqrt(var / len(means)), prompts=len(means), n=len(rewards[0]),
-                 format_rate=sum(flags) / len(flags) if flags else 0.0)
+    return Score(
+        pass_at_1=p,
+        se=math.sqrt(var / len(means)),
+        prompts=len(means),
+        n=len(rewards[0]),
+        format_rate=sum(flags) / len(flags) if flags else 0.0,
+    )
 
 
 def difference_se(a: Score, b: Score) -> float:
     """Standard error of a.pass_at_1 - b.pass_at_1 for two independent evaluations."""
-    return math.sqrt(a.se ** 2 + b.se ** 2)
+    return math.sqrt(a.se**2 + b.se**2)

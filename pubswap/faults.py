@@ -24,8 +24,10 @@ import os
 import signal
 
 ENV = "PUBSWAP_FAULT_FILE"
-PHASES = {"client": ("private_train", "public_answer", "public_train", "average", "gossip", "evaluate"),
-          "driver": ("step",)}
+PHASES = {
+    "client": ("private_train", "public_answer", "public_train", "average", "gossip", "evaluate"),
+    "driver": ("step",),
+}
 
 
 def maybe_crash(who: str, round_idx: int, step: int, phase: str, client: int | None = None) -> None:

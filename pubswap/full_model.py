@@ -55,9 +55,13 @@ class FullModelConfig:
 
     def save(self, path: str | os.PathLike, weights: Mapping[str, Tensor]) -> Path:
         """Write a model folder atomically; returns its path."""
+
         def fill(tmp: Path) -> None:
-            save_file({k: v.detach().cpu().contiguous() for k, v in weights.items()}, str(tmp / WEIGHTS_NAME),
-                      metadata={"format": "pt"})
+            save_file(
+                {k: v.detach().cpu().contiguous() for k, v in weights.items()},
+                str(tmp / WEIGHTS_NAME),
+                metadata={"format": "pt"},
+            )
             shutil.copyfile(Path(self.base_model) / MODEL_CONFIG, tmp / MODEL_CONFIG)
 
         return write_folder(path, fill)

@@ -67,6 +67,7 @@ def consensus_distance(xs: Sequence[Mapping[str, Tensor]]) -> float:
 # A message is a payload (pubswap/aggregation/payload.py): the identity sends the dense tensor, top-k and
 # rand-k a Sparse one (kept values + int32 positions or a bitmask, whichever is smaller), counted exactly.
 
+
 def identity(t: Tensor, gen: torch.Generator | None = None) -> Tensor:
     return t.clone()
 
@@ -81,14 +82,17 @@ def top_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Sparse]
     def compress(t: Tensor, gen=None) -> Sparse:
         k = max(1, round(fraction * t.numel()))
         return _kept(t, torch.topk(t.reshape(-1).abs(), k).indices)
+
     return compress
 
 
 def rand_k(fraction: float) -> Callable[[Tensor, torch.Generator | None], Sparse]:
     """k random entries, unscaled (the biased rand-k of the CHOCO paper, contraction delta = k/d)."""
+
     def compress(t: Tensor, gen=None) -> Sparse:
         k = max(1, round(fraction * t.numel()))
         return _kept(t, torch.randperm(t.numel(), generator=gen)[:k])
+
     return compress
 
 
@@ -96,14 +100,16 @@ def make_compressor(name: str, fraction: float) -> Callable:
     return {"identity": lambda f: identity, "top-k": top_k, "rand-k": rand_k}[name](fraction)
 
 
-def choco_message(x: Mapping[str, Tensor], public: Mapping[str, Tensor], compress: Callable,
-                  gen: torch.Generator) -> dict[str, Tensor | Sparse]:
+def choco_message(
+    x: Mapping[str, Tensor], public: Mapping[str, Tensor], compress: Callable, gen: torch.Generator
+) -> dict[str, Tensor | Sparse]:
     """q_i = Q(x_i - xh_i), tensor by tensor in name order (one generator for rand-k)."""
     return {k: compress(x[k] - public[k], gen) for k in sorted(x)}
 
 
-def choco_consensus(x: Mapping[str, Tensor], i: int, row: Mapping[int, float],
-                    public: Mapping[int, Mapping[str, Tensor]], gamma: float) -> Params:
+def choco_consensus(
+    x: Mapping[str, Tensor], i: int, row: Mapping[int, float], public: Mapping[int, Mapping[str, Tensor]], gamma: float
+) -> Params:
     """x_i + gamma * sum_{j != i} W_ij (xh_j - xh_i), neighbours in id order."""
     others = [j for j in sorted(row) if j != i]
     if not others:
@@ -114,6 +120,7 @@ def choco_consensus(x: Mapping[str, Tensor], i: int, row: Mapping[int, float],
 @dataclass
 class Choco:
     """CHOCO-SGD's gossip state: each client's public copy xh_i (held by it and its neighbours)."""
+
     topo: Topology
     gamma: float
     compress: Callable = identity
@@ -126,8 +133,10 @@ class Choco:
         (one message per neighbour)."""
         n = len(xs)
         if not self.public:
-            self.public = [{k: torch.zeros_like(v) if self.initial is None else self.initial[k].clone()
-                            for k, v in x.items()} for x in xs]
+            self.public = [
+                {k: torch.zeros_like(v) if self.initial is None else self.initial[k].clone() for k, v in x.items()}
+                for x in xs
+            ]
         rows = mixing_rows(self.topo)
         sent = []
         for i in range(n):
@@ -141,6 +150,7 @@ class Choco:
 
 
 # --- SeedFlood ------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, order=True)
 class SeedMessage:
@@ -158,8 +168,15 @@ def direction(seed: int, like: Mapping[str, Tensor]) -> Params:
     return {k: torch.randn(like[k].shape, generator=gen, dtype=like[k].dtype) for k in sorted(like)}
 
 
-def zo_message(loss: Callable[[Mapping[str, Tensor]], float], x: Mapping[str, Tensor], step: int, origin: int,
-               seed: int, eps: float = 1e-3, lr: float = 1e-3) -> SeedMessage:
+def zo_message(
+    loss: Callable[[Mapping[str, Tensor]], float],
+    x: Mapping[str, Tensor],
+    step: int,
+    origin: int,
+    seed: int,
+    eps: float = 1e-3,
+    lr: float = 1e-3,
+) -> SeedMessage:
     """A client's zeroth-order update as a message: g = (L(x + eps z) - L(x - eps z)) / (2 eps) along
     z(seed), the update x -= lr * g * z; two forward passes, no backward, and 20 bytes to send."""
     z = direction(seed, x)
@@ -179,8 +196,13 @@ def apply_messages(x: Mapping[str, Tensor], messages: Sequence[SeedMessage]) -> 
     return out
 
 
-def flood(topo: Topology, new: Sequence[Sequence[SeedMessage]], held: list[set[SeedMessage]],
-          fresh: list[set[SeedMessage]], received: list[int] | None = None) -> list[int]:
+def flood(
+    topo: Topology,
+    new: Sequence[Sequence[SeedMessage]],
+    held: list[set[SeedMessage]],
+    fresh: list[set[SeedMessage]],
+    received: list[int] | None = None,
+) -> list[int]:
     """One flooding round: client i adds its `new[i]` messages, sends every message it has not yet
     forwarded (`fresh[i]`) to each neighbour; returns the bytes each client sent. `held` / `fresh`
     are updated in place; `received[j]` (if given) is increased by the bytes client j was sent."""

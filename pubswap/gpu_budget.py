@@ -71,46 +71,68 @@ def model_shape(config, lora_r: int, lora_alpha: int, target_modules: list[str])
     lora = sum(p.numel() for p in peft.parameters() if p.requires_grad)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    return ModelShape(params=params, layers=config.num_hidden_layers, hidden=config.hidden_size,
-                      intermediate=getattr(config, "intermediate_size", 4 * config.hidden_size),
-                      q_dim=config.num_attention_heads * head_dim, kv_dim=kv_heads * head_dim,
-                      vocab=config.vocab_size, lora_params=lora)
+    return ModelShape(
+        params=params,
+        layers=config.num_hidden_layers,
+        hidden=config.hidden_size,
+        intermediate=getattr(config, "intermediate_size", 4 * config.hidden_size),
+        q_dim=config.num_attention_heads * head_dim,
+        kv_dim=kv_heads * head_dim,
+        vocab=config.vocab_size,
+        lora_params=lora,
+    )
 
 
-def trainer_need(shape: ModelShape, dtype: str, clients: int, micro_batch_tokens: int, logprob_chunk: int,
-                 gradient_checkpointing: bool, full: str = "", kl_reference: bool = False) -> dict[str, float]:
+def trainer_need(
+    shape: ModelShape,
+    dtype: str,
+    clients: int,
+    micro_batch_tokens: int,
+    logprob_chunk: int,
+    gradient_checkpointing: bool,
+    full: str = "",
+    kl_reference: bool = False,
+) -> dict[str, float]:
     """Estimated peak bytes of the trainer, by part. `full`: "adamw" or "zo" (zeroth order) for the
     full-parameter methods (every weight trained), "" for LoRA."""
     b = DTYPE_BYTES[dtype]
     s = shape
     # saved for backward per token per layer: norms, q/k/v/o inputs and outputs, MLP gate/up/act/product,
     # residuals (model dtype) + the fp32 casts PEFT makes of each LoRA input
-    per_layer = b * (8 * s.hidden + 2 * s.q_dim + 2 * s.kv_dim + 4 * s.intermediate) \
-        + 4 * (5 * s.hidden + s.q_dim + s.intermediate)
+    per_layer = b * (8 * s.hidden + 2 * s.q_dim + 2 * s.kv_dim + 4 * s.intermediate) + 4 * (
+        5 * s.hidden + s.q_dim + s.intermediate
+    )
     if gradient_checkpointing:
         acts = micro_batch_tokens * (s.layers * s.hidden * b + per_layer)
     else:
         acts = micro_batch_tokens * s.layers * per_layer
     if full:
-        trained = {"fp32 weights+grad": s.params * 4 * (2 if full == "adamw" else 1),
-                   "AdamW": s.params * 8 * clients if full == "adamw" else 0,
-                   "KL reference": s.params * b if kl_reference else 0}
+        trained = {
+            "fp32 weights+grad": s.params * 4 * (2 if full == "adamw" else 1),
+            "AdamW": s.params * 8 * clients if full == "adamw" else 0,
+            "KL reference": s.params * b if kl_reference else 0,
+        }
     else:
         trained = {"weights": s.params * b, "LoRA+AdamW": s.lora_params * 4 * (3 + 2 * clients)}
-    return {**{k: v for k, v in trained.items() if v},
-            "activations": acts,
-            "logits": 3 * logprob_chunk * s.vocab * 4,
-            "CUDA": TRAINER_CUDA_OVERHEAD}
+    return {
+        **{k: v for k, v in trained.items() if v},
+        "activations": acts,
+        "logits": 3 * logprob_chunk * s.vocab * 4,
+        "CUDA": TRAINER_CUDA_OVERHEAD,
+    }
 
 
-def engine_need(shape: ModelShape, dtype: str, max_model_len: int, max_loras: int, lora_r: int,
-                max_lora_rank: int) -> dict[str, float]:
+def engine_need(
+    shape: ModelShape, dtype: str, max_model_len: int, max_loras: int, lora_r: int, max_lora_rank: int
+) -> dict[str, float]:
     """Bytes the engine needs at least: below this vLLM cannot hold one full-length sequence."""
     b = DTYPE_BYTES[dtype]
-    return {"weights": shape.params * b,
-            "LoRA slots": max_loras * shape.lora_params * (max_lora_rank / lora_r) * b,
-            "KV of one sequence": max_model_len * 2 * shape.layers * shape.kv_dim * b,
-            "graphs+buffers": ENGINE_OVERHEAD}
+    return {
+        "weights": shape.params * b,
+        "LoRA slots": max_loras * shape.lora_params * (max_lora_rank / lora_r) * b,
+        "KV of one sequence": max_model_len * 2 * shape.layers * shape.kv_dim * b,
+        "graphs+buffers": ENGINE_OVERHEAD,
+    }
 
 
 @dataclass(frozen=True)
@@ -123,60 +145,110 @@ class GpuBudget:
     kv_cache_bytes: float  # what the engine has left for KV cache beyond its one-sequence minimum
 
     def line(self) -> str:
-        return (f"GPU budget per client actor: {self.share:g} of a {self.card_bytes / GIB:.1f} GiB card = "
-                f"{self.share * self.card_bytes / GIB:.1f} GiB; engine {self.engine_bytes / GIB:.1f} GiB "
-                f"(vLLM gpu_memory_utilization={self.engine_fraction:.3f}, ~{self.kv_cache_bytes / GIB:.1f} GiB "
-                f"of extra KV cache), trainer {self.trainer_bytes / GIB:.1f} GiB")
+        return (
+            f"GPU budget per client actor: {self.share:g} of a {self.card_bytes / GIB:.1f} GiB card = "
+            f"{self.share * self.card_bytes / GIB:.1f} GiB; engine {self.engine_bytes / GIB:.1f} GiB "
+            f"(vLLM gpu_memory_utilization={self.engine_fraction:.3f}, ~{self.kv_cache_bytes / GIB:.1f} GiB "
+            f"of extra KV cache), trainer {self.trainer_bytes / GIB:.1f} GiB"
+        )
 
 
 def _parts(need: dict[str, float]) -> str:
     return ", ".join(f"{k} {v / GIB:.1f}" for k, v in need.items())
 
 
-def split_gpu(card_bytes: int, share: float, engine_share: float, trainer: dict[str, float],
-              engine: dict[str, float], sleep_mode: bool = False, card_name: str = "GPU") -> GpuBudget:
+def split_gpu(
+    card_bytes: int,
+    share: float,
+    engine_share: float,
+    trainer: dict[str, float],
+    engine: dict[str, float],
+    sleep_mode: bool = False,
+    card_name: str = "GPU",
+) -> GpuBudget:
     """Split `share` of a card of `card_bytes` between engine and trainer, or raise GpuBudgetError.
 
     `engine_share` is rollout.gpu_memory_utilization: the engine's fraction of the actor's share.
     """
     if not 0 < share <= 1:
-        raise GpuBudgetError(f"resources.gpus_per_client={share:g}: a client actor needs a share of one GPU in "
-                             "(0, 1] (vLLM and the trainer run on one device)")
+        raise GpuBudgetError(
+            f"resources.gpus_per_client={share:g}: a client actor needs a share of one GPU in "
+            "(0, 1] (vLLM and the trainer run on one device)"
+        )
     actor = share * card_bytes
     engine_bytes = engine_share * actor
     trainer_bytes = actor - (ENGINE_ASLEEP if sleep_mode else engine_bytes)
     engine_total, trainer_total = sum(engine.values()), sum(trainer.values())
-    head = (f"GPU budget: a client actor gets {share:g} of a {card_bytes / GIB:.1f} GiB {card_name} = "
-            f"{actor / GIB:.1f} GiB")
+    head = (
+        f"GPU budget: a client actor gets {share:g} of a {card_bytes / GIB:.1f} GiB {card_name} = {actor / GIB:.1f} GiB"
+    )
     if engine_bytes < engine_total:
         raise GpuBudgetError(
             f"{head}; its engine's {engine_share:g} of that (rollout.gpu_memory_utilization) is "
             f"{engine_bytes / GIB:.1f} GiB but it needs >= {engine_total / GIB:.1f} GiB ({_parts(engine)}): raise "
             "rollout.gpu_memory_utilization, shorten model.max_prompt_len/max_response_len, or give each actor "
-            "more GPU (resources.gpus_per_client, fewer clients per GPU)")
+            "more GPU (resources.gpus_per_client, fewer clients per GPU)"
+        )
     if trainer_bytes < trainer_total:
-        where = "the share less a sleeping engine" if sleep_mode else \
-            f"the rest after the engine's {engine_share:g} (rollout.gpu_memory_utilization)"
+        where = (
+            "the share less a sleeping engine"
+            if sleep_mode
+            else f"the rest after the engine's {engine_share:g} (rollout.gpu_memory_utilization)"
+        )
         raise GpuBudgetError(
             f"{head}; the trainer has {trainer_bytes / GIB:.1f} GiB ({where}) but needs ~{trainer_total / GIB:.1f} "
             f"GiB ({_parts(trainer)}): lower grpo.micro_batch_tokens or grpo.logprob_chunk, set "
             "grpo.gradient_checkpointing=true, lower rollout.gpu_memory_utilization, set rollout.sleep_mode=true, "
-            "or give each actor more GPU (resources.gpus_per_client)")
-    return GpuBudget(card_bytes=card_bytes, share=share, engine_fraction=share * engine_share,
-                     engine_bytes=engine_bytes, trainer_bytes=trainer_bytes,
-                     kv_cache_bytes=engine_bytes - engine_total)
+            "or give each actor more GPU (resources.gpus_per_client)"
+        )
+    return GpuBudget(
+        card_bytes=card_bytes,
+        share=share,
+        engine_fraction=share * engine_share,
+        engine_bytes=engine_bytes,
+        trainer_bytes=trainer_bytes,
+        kv_cache_bytes=engine_bytes - engine_total,
+    )
 
 
-def plan(cfg, shape: ModelShape, card_bytes: int, share: float, clients_per_actor: int, on_cuda: bool = True,
-         card_name: str = "GPU") -> GpuBudget:
+def plan(
+    cfg,
+    shape: ModelShape,
+    card_bytes: int,
+    share: float,
+    clients_per_actor: int,
+    on_cuda: bool = True,
+    card_name: str = "GPU",
+) -> GpuBudget:
     """The budget of one client actor of run config `cfg` (pubswap.config.RunConfig) on a card."""
     m, g = cfg.model, cfg.grpo
     ckpt = g.gradient_checkpointing if g.gradient_checkpointing is not None else on_cuda
     f = cfg.federation
     full = ("zo" if f.gossip_rule == "seedflood" else "adamw") if f.full_parameter else ""
-    trainer = trainer_need(shape, m.dtype, clients_per_actor, g.micro_batch_tokens, g.logprob_chunk, ckpt,
-                           full=full, kl_reference=bool(full) and g.kl_coef > 0)
-    engine = engine_need(shape, m.dtype, m.max_prompt_len + m.max_response_len, clients_per_actor, cfg.lora.max_r,
-                         vllm_max_lora_rank(cfg.lora.max_r))
-    return split_gpu(card_bytes, share, cfg.rollout.gpu_memory_utilization, trainer, engine,
-                     sleep_mode=cfg.rollout.sleep_mode, card_name=card_name)
+    trainer = trainer_need(
+        shape,
+        m.dtype,
+        clients_per_actor,
+        g.micro_batch_tokens,
+        g.logprob_chunk,
+        ckpt,
+        full=full,
+        kl_reference=bool(full) and g.kl_coef > 0,
+    )
+    engine = engine_need(
+        shape,
+        m.dtype,
+        m.max_prompt_len + m.max_response_len,
+        clients_per_actor,
+        cfg.lora.max_r,
+        vllm_max_lora_rank(cfg.lora.max_r),
+    )
+    return split_gpu(
+        card_bytes,
+        share,
+        cfg.rollout.gpu_memory_utilization,
+        trainer,
+        engine,
+        sleep_mode=cfg.rollout.sleep_mode,
+        card_name=card_name,
+    )

@@ -141,8 +141,13 @@ def grpo_loss(
         if entropy is None:
             raise ValueError("entropy is required when entropy_coef > 0")
         loss = loss - entropy_coef * ent
-    return GRPOLoss(loss=loss, pg_loss=pg_loss.detach(), kl=kl.detach(),
-                    clip_frac=token_mean(clipped, mask, denominator), entropy=ent.detach())
+    return GRPOLoss(
+        loss=loss,
+        pg_loss=pg_loss.detach(),
+        kl=kl.detach(),
+        clip_frac=token_mean(clipped, mask, denominator),
+        entropy=ent.detach(),
+    )
 
 
 def truncated_is_weights(old_logp: Tensor, behaviour_logp: Tensor, cap: float) -> Tensor:

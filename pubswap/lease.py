@@ -170,9 +170,16 @@ class Lease:
         self.file = _ObjectFile(store) if store is not None else _LocalFile(run_dir)
         self.ttl_s = ttl_s
         pid = os.getpid()
-        self.owner = {"id": uuid.uuid4().hex, "host": socket.gethostname(), **_machine(), "pid": pid,
-                      "pid_start": _pid_start(pid), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "beat": 0,
-                      "time": time.time()}
+        self.owner = {
+            "id": uuid.uuid4().hex,
+            "host": socket.gethostname(),
+            **_machine(),
+            "pid": pid,
+            "pid_start": _pid_start(pid),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "beat": 0,
+            "time": time.time(),
+        }
         self.lost: str | None = None  # why the lease was lost (set by the heartbeat thread)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -180,7 +187,7 @@ class Lease:
 
     # -- taking it -----------------------------------------------------------------------------------
 
-    def acquire(self, say: Callable[[str], None] = print) -> "Lease":
+    def acquire(self, say: Callable[[str], None] = print) -> Lease:
         """Take the lease, waiting out a silent owner on another host; raises LeaseHeld if the owner lives."""
         self.file.prepare()
         where = self.file.where
@@ -194,21 +201,28 @@ class Lease:
             if dead is None:
                 continue  # released or taken over meanwhile: look again
             if not dead:
-                raise LeaseHeld(f"{where} is in use by a live driver, {describe(owner)}; stop it first, "
-                                f"or use another run_dir (its lease: {where}/{LEASE_NAME})")
+                raise LeaseHeld(
+                    f"{where} is in use by a live driver, {describe(owner)}; stop it first, "
+                    f"or use another run_dir (its lease: {where}/{LEASE_NAME})"
+                )
             self.file.replace(self.owner)
             time.sleep(CONFIRM_S)
             now = self.file.read()
             if not now or now.get("id") != self.owner["id"]:
-                raise LeaseHeld(f"{where}: another driver took over the lease of the dead "
-                                f"{describe(owner)} at the same time ({describe(now or {})})")
+                raise LeaseHeld(
+                    f"{where}: another driver took over the lease of the dead "
+                    f"{describe(owner)} at the same time ({describe(now or {})})"
+                )
             say(f"took over the lease of {where} from the dead driver {describe(owner)}")
             return self
 
     def _same_machine(self, owner: dict) -> bool:
         """Whether the owner's pid can be looked up here: same host name, boot and pid namespace."""
-        return (bool(owner.get("pid")) and owner.get("host") == self.owner["host"]
-                and all(k in owner and owner[k] == self.owner[k] for k in ("boot_id", "pidns") if k in self.owner))
+        return (
+            bool(owner.get("pid"))
+            and owner.get("host") == self.owner["host"]
+            and all(k in owner and owner[k] == self.owner[k] for k in ("boot_id", "pidns") if k in self.owner)
+        )
 
     def _pid_dead(self, owner: dict) -> bool:
         start = _pid_start(int(owner["pid"]))
@@ -220,16 +234,23 @@ class Lease:
         if self._same_machine(owner):
             if self._pid_dead(owner):
                 return True
-            say(f"{self.file.where} is leased by the live {describe(owner)} on this machine; waiting up to "
-                f"{self.ttl_s:.0f}s (fault_tolerance.lease_ttl_s) for it to exit")
+            say(
+                f"{self.file.where} is leased by the live {describe(owner)} on this machine; waiting up to "
+                f"{self.ttl_s:.0f}s (fault_tolerance.lease_ttl_s) for it to exit"
+            )
             return self._watch(owner, 0.5, lambda now: True if self._pid_dead(owner) else None, otherwise=False)
         # another host (or an unreadable file): dead if the heartbeat does not move for ttl_s on our clock
-        say(f"{self.file.where} is leased by {describe(owner)}; waiting up to {self.ttl_s:.0f}s "
-            "(fault_tolerance.lease_ttl_s) for its heartbeat")
-        return self._watch(owner, 1.0, lambda now: False if now.get("beat") != owner.get("beat") else None,
-                           otherwise=True)
+        say(
+            f"{self.file.where} is leased by {describe(owner)}; waiting up to {self.ttl_s:.0f}s "
+            "(fault_tolerance.lease_ttl_s) for its heartbeat"
+        )
+        return self._watch(
+            owner, 1.0, lambda now: False if now.get("beat") != owner.get("beat") else None, otherwise=True
+        )
 
-    def _watch(self, owner: dict, period_s: float, verdict: Callable[[dict], bool | None], otherwise: bool) -> bool | None:
+    def _watch(
+        self, owner: dict, period_s: float, verdict: Callable[[dict], bool | None], otherwise: bool
+    ) -> bool | None:
         """Re-read the lease every `period_s` (at most ttl_s / 8) for ttl_s: None as soon as it names
         another owner, `verdict(now)` as soon as that is not None, else `otherwise`."""
         deadline = time.monotonic() + self.ttl_s
@@ -258,8 +279,10 @@ class Lease:
             self.lost = f"the lease of {self.file.where} is unreadable, so this driver cannot tell it is still its own"
             raise LeaseLost(self.lost)
         if not now or now.get("id") != self.owner["id"]:
-            self.lost = (f"the lease of {self.file.where} was taken over by "
-                         f"{describe(now) if now else 'nobody (the file is gone)'}")
+            self.lost = (
+                f"the lease of {self.file.where} was taken over by "
+                f"{describe(now) if now else 'nobody (the file is gone)'}"
+            )
             raise LeaseLost(self.lost)
 
     def renew(self) -> None:
@@ -271,6 +294,7 @@ class Lease:
 
     def start_heartbeat(self, on_lost: Callable[[str], None] | None = None) -> None:
         """Renew every ttl_s / 4 from a daemon thread; `on_lost(reason)` runs once if the lease is lost."""
+
         def beat():
             while not self._stop.wait(self.ttl_s / 4):
                 try:

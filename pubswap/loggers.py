@@ -29,11 +29,20 @@ LOGGERS = ("console", "tensorboard", "wandb")
 TB_DIR = "tensorboard"
 
 _STEP_KEYS = {  # client step metric -> scalar name
-    "reward_mean": "critic/rewards/mean", "reward_std": "critic/rewards/std",
-    "zero_adv_frac": "critic/frac_reward_zero_std", "response_length_mean": "response_length/mean",
-    "response_clip_ratio": "response_length/clip_ratio", "pg_loss": "actor/pg_loss", "kl": "actor/kl_loss",
-    "clip_frac": "actor/pg_clipfrac", "grad_norm": "actor/grad_norm", "entropy": "actor/entropy",
-    "loss": "actor/loss", "gen_s": "timing_s/gen", "train_s": "timing_s/train", "off_policy": "fed/off_policy",
+    "reward_mean": "critic/rewards/mean",
+    "reward_std": "critic/rewards/std",
+    "zero_adv_frac": "critic/frac_reward_zero_std",
+    "response_length_mean": "response_length/mean",
+    "response_clip_ratio": "response_length/clip_ratio",
+    "pg_loss": "actor/pg_loss",
+    "kl": "actor/kl_loss",
+    "clip_frac": "actor/pg_clipfrac",
+    "grad_norm": "actor/grad_norm",
+    "entropy": "actor/entropy",
+    "loss": "actor/loss",
+    "gen_s": "timing_s/gen",
+    "train_s": "timing_s/train",
+    "off_policy": "fed/off_policy",
 }
 
 
@@ -81,8 +90,14 @@ def round_scalars(record: dict) -> dict[str, float]:
 class RunLogger:
     """The run's metric sinks; `log_round` after each committed round."""
 
-    def __init__(self, run_dir: str | Path, names: Sequence[str], tau: int, config: dict | None = None,
-                 records: Sequence[dict] = ()):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        names: Sequence[str],
+        tau: int,
+        config: dict | None = None,
+        records: Sequence[dict] = (),
+    ):
         """`records`: the committed rounds so far (a resumed run); they are written again from scratch."""
         self.tau = tau
         self.tb = self.wandb = None
@@ -95,8 +110,14 @@ class RunLogger:
         if "wandb" in names:
             import wandb
 
-            self.wandb = wandb.init(project="pubswap", name=Path(run_dir).name, dir=str(run_dir), config=config,
-                                    id=_wandb_id(run_dir), resume="allow")
+            self.wandb = wandb.init(
+                project="pubswap",
+                name=Path(run_dir).name,
+                dir=str(run_dir),
+                config=config,
+                id=_wandb_id(run_dir),
+                resume="allow",
+            )
         for record in records:
             self.log_round(record, replay=True)
 

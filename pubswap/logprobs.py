@@ -19,8 +19,9 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 
-def _chunk_logprobs(h: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, temperature: float,
-                    entropy: str) -> tuple[Tensor, Tensor]:
+def _chunk_logprobs(
+    h: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | None, temperature: float, entropy: str
+) -> tuple[Tensor, Tensor]:
     """[n] log-probs of `targets` and [n] entropies of the distributions (empty unless `entropy`:
     "grad" keeps it in the graph, "value" computes it without gradient)."""
     logits = F.linear(h, weight, bias).float()
@@ -35,8 +36,14 @@ def _chunk_logprobs(h: Tensor, targets: Tensor, weight: Tensor, bias: Tensor | N
     return logp, ent
 
 
-def chunked_token_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Linear, temperature: float = 1.0,
-                           chunk: int = 1024, entropy: str = "") -> Tensor | tuple[Tensor, Tensor]:
+def chunked_token_logprobs(
+    hidden: Tensor,
+    targets: Tensor,
+    lm_head: torch.nn.Linear,
+    temperature: float = 1.0,
+    chunk: int = 1024,
+    entropy: str = "",
+) -> Tensor | tuple[Tensor, Tensor]:
     """log p(targets[i] | hidden[i]) for hidden [N, H] and targets [N], as an fp32 [N] tensor.
 
     With `entropy` ("grad": differentiable, "value": a detached metric) also the [N] entropies of the
@@ -52,7 +59,7 @@ def chunked_token_logprobs(hidden: Tensor, targets: Tensor, lm_head: torch.nn.Li
     recompute = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     logps, ents = [], []
     for start in range(0, hidden.shape[0], chunk):
-        h, t = hidden[start:start + chunk], targets[start:start + chunk]
+        h, t = hidden[start : start + chunk], targets[start : start + chunk]
         if recompute:
             lp, ent = checkpoint(_chunk_logprobs, h, t, weight, bias, temperature, entropy, use_reentrant=False)
         else:

@@ -84,9 +84,13 @@ def write_folder(path: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
 
 def save_adapter(path: str | os.PathLike, adapter: Mapping[str, Tensor], lora_config) -> Path:
     """Write a PEFT adapter folder atomically; returns its path."""
+
     def fill(tmp: Path) -> None:
-        save_file({k: v.detach().cpu().contiguous() for k, v in adapter.items()}, str(tmp / WEIGHTS_NAME),
-                  metadata={"format": "pt"})
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in adapter.items()},
+            str(tmp / WEIGHTS_NAME),
+            metadata={"format": "pt"},
+        )
         cfg = lora_config.to_dict()
         cfg = {k: (sorted(v) if isinstance(v, set) else v) for k, v in cfg.items()}
         (tmp / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, default=str))
@@ -117,7 +121,9 @@ class FlatSpec:
 def flatten(adapter: Mapping[str, Tensor], dtype: torch.dtype = torch.float32) -> tuple[Tensor, FlatSpec]:
     names = tuple(sorted(adapter))
     spec = FlatSpec(names, tuple(tuple(adapter[n].shape) for n in names), tuple(adapter[n].dtype for n in names))
-    flat = torch.cat([adapter[n].detach().reshape(-1).to(dtype) for n in names]) if names else torch.zeros(0, dtype=dtype)
+    flat = (
+        torch.cat([adapter[n].detach().reshape(-1).to(dtype) for n in names]) if names else torch.zeros(0, dtype=dtype)
+    )
     return flat, spec
 
 

@@ -43,8 +43,9 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     return out
 
 
-def rebuild(path: str | os.PathLike, upto_round: int,
-            record_from_checkpoint: Callable[[int], dict[str, Any] | None]) -> list[dict[str, Any]]:
+def rebuild(
+    path: str | os.PathLike, upto_round: int, record_from_checkpoint: Callable[[int], dict[str, Any] | None]
+) -> list[dict[str, Any]]:
     """Rewrite the log to hold exactly rounds 1..upto_round, in order; returns those records."""
     by_round: dict[int, dict[str, Any]] = {}
     for rec in read_records(path):
@@ -59,8 +60,7 @@ def rebuild(path: str | os.PathLike, upto_round: int,
             else:
                 by_round[r] = rec
     if lost:
-        warnings.warn(f"{path}: the metrics of rounds {lost} are neither in the log nor in a checkpoint",
-                      stacklevel=2)
+        warnings.warn(f"{path}: the metrics of rounds {lost} are neither in the log nor in a checkpoint", stacklevel=2)
     records = [by_round[r] for r in sorted(by_round)]
     write_text_atomic(Path(path), "".join(json.dumps(r) + "\n" for r in records))
     return records

@@ -38,7 +38,7 @@ def resolve_model(path: str, cache_dir: str | os.PathLike) -> str:
     """A path that transformers, PEFT and vLLM can all load."""
     if not is_builtin(path):
         return path
-    name = path[len(BUILTIN_PREFIX):]
+    name = path[len(BUILTIN_PREFIX) :]
     gguf = builtin_gguf(name)
     dest = Path(cache_dir) / name
     if (dest / "config.json").is_file():

@@ -22,11 +22,18 @@ class RunCurve:
 
 def curve(label: str, base: dict | None, records: Sequence[dict]) -> RunCurve:
     """A run's curve from its base-model evaluation and its round records (metrics.jsonl)."""
-    evals = ([(0, base)] if base and base.get("pass@1") is not None else []) + \
-        [(r["round"], r) for r in records if r.get("pass@1") is not None]
+    evals = ([(0, base)] if base and base.get("pass@1") is not None else []) + [
+        (r["round"], r) for r in records if r.get("pass@1") is not None
+    ]
     rewards = [(r["round"], sum(r["reward_mean"]) / len(r["reward_mean"])) for r in records if r.get("reward_mean")]
-    return RunCurve(label, [x for x, _ in evals], [e["pass@1"] for _, e in evals],
-                    [e.get("pass@1_se") or 0.0 for _, e in evals], [x for x, _ in rewards], [y for _, y in rewards])
+    return RunCurve(
+        label,
+        [x for x, _ in evals],
+        [e["pass@1"] for _, e in evals],
+        [e.get("pass@1_se") or 0.0 for _, e in evals],
+        [x for x, _ in rewards],
+        [y for _, y in rewards],
+    )
 
 
 def label_of(cfg: dict, name: str = "") -> str:

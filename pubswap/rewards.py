@@ -48,7 +48,7 @@ def last_boxed(text: str) -> str | None:
         elif text[j] == "}":
             depth -= 1
             if depth == 0:
-                return text[i + 1:j].strip() or None
+                return text[i + 1 : j].strip() or None
     return None  # unbalanced: a truncated response
 
 

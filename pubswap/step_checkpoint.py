@@ -75,8 +75,13 @@ def save(ckpt_dir: str | os.PathLike, round_idx: int, step: int, steps: list[dic
     tmp = Path(tempfile.mkdtemp(prefix=f".{DIR_NAME}.", dir=ckpt_dir))
     try:
         save_file(flatten(states), tmp / TENSORS_NAME)
-        state = {"format": FORMAT, "round": round_idx, "step": step, "steps": steps,
-                 "train_state_sha256": sha256_file(tmp / TENSORS_NAME)}
+        state = {
+            "format": FORMAT,
+            "round": round_idx,
+            "step": step,
+            "steps": steps,
+            "train_state_sha256": sha256_file(tmp / TENSORS_NAME),
+        }
         (tmp / STATE_NAME).write_text(json.dumps(state))
         for f in tmp.iterdir():
             with open(f, "rb") as fh:
@@ -119,9 +124,12 @@ def clear(ckpt_dir: str | os.PathLike) -> bool:
 
 def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, torch.Tensor]]:
     """An optimizer's per-parameter state (AdamW: step, exp_avg, exp_avg_sq) as CPU tensors."""
-    return {int(i): {k: (v if torch.is_tensor(v) else torch.tensor(v)).detach().to("cpu", copy=True)
-                     for k, v in entry.items()}
-            for i, entry in optimizer.state_dict()["state"].items()}
+    return {
+        int(i): {
+            k: (v if torch.is_tensor(v) else torch.tensor(v)).detach().to("cpu", copy=True) for k, v in entry.items()
+        }
+        for i, entry in optimizer.state_dict()["state"].items()
+    }
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[int, dict[str, torch.Tensor]]) -> None:

@@ -93,7 +93,7 @@ class ObjectStore:
         out = {}
         for info in self.fs.get_file_info(sel):
             if info.type == self._pafs.FileType.File:
-                out[info.path[len(self.root) + 1:]] = info.size
+                out[info.path[len(self.root) + 1 :]] = info.size
         return out
 
     def upload(self, local: Path, rel: str) -> None:
@@ -145,7 +145,9 @@ class RunMirror:
         for rel in rels:
             path = self.local / rel
             if path.is_dir():
-                files = sorted(p for p in path.rglob("*") if p.is_file() and not _skip(p.relative_to(self.local).as_posix()))
+                files = sorted(
+                    p for p in path.rglob("*") if p.is_file() and not _skip(p.relative_to(self.local).as_posix())
+                )
                 state = [p for p in files if p.name == STATE_NAME]
                 if state:  # a redone round: its old state.json must not vouch for half-replaced files
                     self.store.delete(f"{rel}/{STATE_NAME}")

@@ -90,8 +90,9 @@ def balanced_group(own: Sequence[Response], donors: Sequence[Response], gen) -> 
     return group, n_swap, wanted - n_swap
 
 
-def balanced_swap(pool: Pool, seed: int, round_idx: int, step: int,
-                  client_ids: Sequence[int] | None = None) -> tuple[Groups, SwapStats]:
+def balanced_swap(
+    pool: Pool, seed: int, round_idx: int, step: int, client_ids: Sequence[int] | None = None
+) -> tuple[Groups, SwapStats]:
     ids = list(range(len(pool))) if client_ids is None else list(client_ids)
     n_clients, n_prompts, _ = _check_pool(pool, ids)
     groups: Groups = []
@@ -110,8 +111,9 @@ def balanced_swap(pool: Pool, seed: int, round_idx: int, step: int,
     return groups, SwapStats(swapped_in=swapped, missing_donors=missing)
 
 
-def random_swap(pool: Pool, seed: int, round_idx: int, step: int,
-                client_ids: Sequence[int] | None = None) -> tuple[Groups, SwapStats]:
+def random_swap(
+    pool: Pool, seed: int, round_idx: int, step: int, client_ids: Sequence[int] | None = None
+) -> tuple[Groups, SwapStats]:
     ids = list(range(len(pool))) if client_ids is None else list(client_ids)
     n_clients, n_prompts, k = _check_pool(pool, ids)
     shared: list[list[Response]] = []
@@ -127,8 +129,9 @@ def random_swap(pool: Pool, seed: int, round_idx: int, step: int,
 SWAP_RULES = {"balanced": balanced_swap, "random": random_swap}
 
 
-def swap(rule: str, pool: Pool, seed: int, round_idx: int, step: int,
-         client_ids: Sequence[int] | None = None) -> tuple[Groups, SwapStats]:
+def swap(
+    rule: str, pool: Pool, seed: int, round_idx: int, step: int, client_ids: Sequence[int] | None = None
+) -> tuple[Groups, SwapStats]:
     """`pool[j]` holds the responses of client `client_ids[j]` (default: client j); so do the groups."""
     try:
         fn = SWAP_RULES[rule]

@@ -76,12 +76,19 @@ def breakdown(actor_totals: list[dict[str, float]], calls_s: float, round_s: flo
     keys = [*PHASES, "other", "wait"]
     mean = {k: sum(a[k] for a in actors) / len(actors) for k in keys} if actors else {}
     driver = round_s - calls_s
-    return {"round_s": round_s, "calls_s": calls_s, "driver_s": driver,
-            "driver_frac": driver / round_s if round_s > 0 else 0.0, "actors": actors,
-            **{f"{k}_s": v for k, v in mean.items()}}
+    return {
+        "round_s": round_s,
+        "calls_s": calls_s,
+        "driver_s": driver,
+        "driver_frac": driver / round_s if round_s > 0 else 0.0,
+        "actors": actors,
+        **{f"{k}_s": v for k, v in mean.items()},
+    }
 
 
 def format_breakdown(t: dict) -> str:
     parts = " ".join(f"{k} {t[f'{k}_s']:.1f}s" for k in (*PHASES, "other", "wait") if f"{k}_s" in t)
-    return (f"time per actor (mean of {len(t['actors'])}): {parts}; driver {t['driver_s']:.2f}s "
-            f"({100 * t['driver_frac']:.1f}% of {t['round_s']:.1f}s)")
+    return (
+        f"time per actor (mean of {len(t['actors'])}): {parts}; driver {t['driver_s']:.2f}s "
+        f"({100 * t['driver_frac']:.1f}% of {t['round_s']:.1f}s)"
+    )

@@ -71,9 +71,11 @@ class Topology:
         return [(i, j) for i, nb in enumerate(self.neighbours) for j in nb if i < j]
 
     def describe(self) -> str:
-        return (f"topology: {self.kind}, {self.n} clients, {len(self.edges())} edges, degree "
-                f"{min(map(len, self.neighbours), default=0)}-{max(map(len, self.neighbours), default=0)}, "
-                f"diameter {self.diameter()}, spectral gap {self.spectral_gap():.4f}")
+        return (
+            f"topology: {self.kind}, {self.n} clients, {len(self.edges())} edges, degree "
+            f"{min(map(len, self.neighbours), default=0)}-{max(map(len, self.neighbours), default=0)}, "
+            f"diameter {self.diameter()}, spectral gap {self.spectral_gap():.4f}"
+        )
 
 
 def grid_shape(n: int) -> tuple[int, int]:

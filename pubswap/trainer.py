@@ -97,9 +97,17 @@ def default_device() -> torch.device:
 
 
 class LoraGRPOTrainer:
-    def __init__(self, base_model, lora: LoraConfig, grpo: GRPOConfig, pad_id: int = 0,
-                 strategy: AggregationStrategy | None = None, seed: int = 0, base_model_name: str = "",
-                 device: torch.device | str | None = None):
+    def __init__(
+        self,
+        base_model,
+        lora: LoraConfig,
+        grpo: GRPOConfig,
+        pad_id: int = 0,
+        strategy: AggregationStrategy | None = None,
+        seed: int = 0,
+        base_model_name: str = "",
+        device: torch.device | str | None = None,
+    ):
         """`base_model`: a transformers causal LM (its weights are not trained). Use `load` for a folder."""
         torch.manual_seed(seed)
         self.grpo = grpo
@@ -125,8 +133,10 @@ class LoraGRPOTrainer:
         describes its weights on disk (here: the PEFT LoraConfig)."""
         from peft import get_peft_model
 
-        model = get_peft_model(base_model, peft_lora_config(lora.max_r, lora.alpha, lora.target_modules,
-                                                            lora.dropout, base_model=base_model_name))
+        model = get_peft_model(
+            base_model,
+            peft_lora_config(lora.max_r, lora.alpha, lora.target_modules, lora.dropout, base_model=base_model_name),
+        )
         for p in model.parameters():
             if p.requires_grad:
                 p.data = p.data.float()  # LoRA weights, their gradients and the AdamW state in fp32
@@ -136,17 +146,25 @@ class LoraGRPOTrainer:
         return model, model.peft_config["default"]
 
     @classmethod
-    def load(cls, model_dir: str, lora: LoraConfig, grpo: GRPOConfig, dtype: str = "float32",
-             strategy: AggregationStrategy | None = None, seed: int = 0,
-             device: torch.device | str | None = None) -> "LoraGRPOTrainer":
+    def load(
+        cls,
+        model_dir: str,
+        lora: LoraConfig,
+        grpo: GRPOConfig,
+        dtype: str = "float32",
+        strategy: AggregationStrategy | None = None,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+    ) -> LoraGRPOTrainer:
         """A trainer on the model and tokenizer in `model_dir`; `.tokenizer` is set."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        trainer = cls(base, lora, grpo, pad_id=pad, strategy=strategy, seed=seed, base_model_name=model_dir,
-                      device=device)
+        trainer = cls(
+            base, lora, grpo, pad_id=pad, strategy=strategy, seed=seed, base_model_name=model_dir, device=device
+        )
         trainer.tokenizer = tokenizer
         return trainer
 
@@ -201,10 +219,19 @@ class LoraGRPOTrainer:
             rows = [samples[i] for i in index]
             ids, attn, mask = pad_batch(rows, self.pad_id)
             lengths = [len(s.response_ids) for s in rows]
-            adv = torch.repeat_interleave(torch.tensor([s.advantage for s in rows], dtype=torch.float32),
-                                          torch.tensor(lengths))
-            out.append(MicroBatch(index, ids.to(self.device), attn.to(self.device), mask.bool().to(self.device),
-                                  adv.to(self.device), lengths))
+            adv = torch.repeat_interleave(
+                torch.tensor([s.advantage for s in rows], dtype=torch.float32), torch.tensor(lengths)
+            )
+            out.append(
+                MicroBatch(
+                    index,
+                    ids.to(self.device),
+                    attn.to(self.device),
+                    mask.bool().to(self.device),
+                    adv.to(self.device),
+                    lengths,
+                )
+            )
         return out
 
     def _logprobs(self, mb: MicroBatch, temperature: float, entropy: str = "") -> Tensor | tuple[Tensor, Tensor]:
@@ -214,8 +241,9 @@ class LoraGRPOTrainer:
         hidden = causal.get_decoder()(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
         scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
         targets = mb.ids[:, 1:][mb.mask]
-        return chunked_token_logprobs(scored, targets, causal.get_output_embeddings(), temperature,
-                                      self.grpo.logprob_chunk, entropy)
+        return chunked_token_logprobs(
+            scored, targets, causal.get_output_embeddings(), temperature, self.grpo.logprob_chunk, entropy
+        )
 
     @torch.no_grad()
     def _frozen_logprobs(self, mbs: Sequence[MicroBatch], temperature: float, use_adapter: bool) -> list[Tensor]:
@@ -234,8 +262,9 @@ class LoraGRPOTrainer:
         """A context in which `causal()` computes the reference policy's log-probs: the base model."""
         return self.model.disable_adapter()
 
-    def response_logprobs(self, samples: Sequence[Sample], temperature: float = 1.0,
-                          use_adapter: bool = True) -> list[Tensor]:
+    def response_logprobs(
+        self, samples: Sequence[Sample], temperature: float = 1.0, use_adapter: bool = True
+    ) -> list[Tensor]:
         """Per-token log-probs of each response (CPU) under the current adapter (or the base model)."""
         if not samples:
             return []
@@ -295,8 +324,11 @@ class LoraGRPOTrainer:
             for mb in mbs:
                 mb.index = [r[i] for i in mb.index]
         old = [self._frozen_logprobs(mbs, g.temperature, use_adapter=True) for mbs in plans]
-        ref = ([self._frozen_logprobs(mbs, g.temperature, use_adapter=False) for mbs in plans] if g.kl_coef > 0
-               else [[None] * len(mbs) for mbs in plans])
+        ref = (
+            [self._frozen_logprobs(mbs, g.temperature, use_adapter=False) for mbs in plans]
+            if g.kl_coef > 0
+            else [[None] * len(mbs) for mbs in plans]
+        )
         flat_mbs = [mb for mbs in plans for mb in mbs]
         off = {i for i, s in enumerate(samples) if owner is not None and s.origin not in (owner, -1)}
         metrics: dict[str, float] = self._nll(flat_mbs, [lp for lps in old for lp in lps], off)
@@ -315,12 +347,22 @@ class LoraGRPOTrainer:
                     part = dict.fromkeys(("loss", "pg_loss", "kl", "clip_frac", "entropy"), 0.0)
                     for mb, old_mb, ref_mb, tis_mb in zip(mbs, old_mbs, ref_mbs, tis_mbs):
                         logp, entropy = self._logprobs(mb, g.temperature, entropy_mode)
-                        out = grpo_loss(logp, old_mb, ref_mb, mb.advantages, torch.ones_like(logp),
-                                        clip_low=g.clip_low, clip_high=g.clip_high, clip_ratio_c=g.clip_ratio_c,
-                                        log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef, entropy=entropy,
-                                        entropy_coef=g.entropy_coef,
-                                        is_weights=tis_mb,
-                                        denominator=n_tokens)
+                        out = grpo_loss(
+                            logp,
+                            old_mb,
+                            ref_mb,
+                            mb.advantages,
+                            torch.ones_like(logp),
+                            clip_low=g.clip_low,
+                            clip_high=g.clip_high,
+                            clip_ratio_c=g.clip_ratio_c,
+                            log_ratio_clamp=g.log_ratio_clamp,
+                            kl_coef=g.kl_coef,
+                            entropy=entropy,
+                            entropy_coef=g.entropy_coef,
+                            is_weights=tis_mb,
+                            denominator=n_tokens,
+                        )
                         out.loss.backward()
                         for k in part:
                             part[k] += float(getattr(out, k).detach())
@@ -339,8 +381,12 @@ class LoraGRPOTrainer:
                         self.optimizer.zero_grad(set_to_none=True)
                         skipped += 1
                     updates += 1
-                    for k, v in {**part, "loss": part["loss"] + penalty, "penalty": penalty,
-                                 "grad_norm": float(grad_norm)}.items():
+                    for k, v in {
+                        **part,
+                        "loss": part["loss"] + penalty,
+                        "penalty": penalty,
+                        "grad_norm": float(grad_norm),
+                    }.items():
                         sums[k] += v
         finally:
             self.model.eval()
@@ -349,8 +395,9 @@ class LoraGRPOTrainer:
         return metrics
 
     @torch.no_grad()
-    def zo_step(self, samples: Sequence[Sample], seed: int, eps: float, lr: float,
-                owner: int | None = None) -> tuple[float, dict[str, float]]:
+    def zo_step(
+        self, samples: Sequence[Sample], seed: int, eps: float, lr: float, owner: int | None = None
+    ) -> tuple[float, dict[str, float]]:
         """One zeroth-order GRPO step (SeedFlood's local learner, MeZO-style): along the Gaussian direction
         z(seed) over the trained tensors, g = (L(x + eps z) - L(x - eps z)) / (2 eps) with L the step's
         GRPO loss (old log-probs: the current policy), and x <- x - (lr g) z. Forward passes only.
@@ -374,9 +421,19 @@ class LoraGRPOTrainer:
             total = 0.0
             for mb, old_mb, ref_mb in zip(mbs, old, ref):
                 logp = self._logprobs(mb, g.temperature)
-                out = grpo_loss(logp, old_mb, ref_mb, mb.advantages, torch.ones_like(logp), clip_low=g.clip_low,
-                                clip_high=g.clip_high, clip_ratio_c=g.clip_ratio_c,
-                                log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef, denominator=n_tokens)
+                out = grpo_loss(
+                    logp,
+                    old_mb,
+                    ref_mb,
+                    mb.advantages,
+                    torch.ones_like(logp),
+                    clip_low=g.clip_low,
+                    clip_high=g.clip_high,
+                    clip_ratio_c=g.clip_ratio_c,
+                    log_ratio_clamp=g.log_ratio_clamp,
+                    kl_coef=g.kl_coef,
+                    denominator=n_tokens,
+                )
                 total += float(out.loss)
             return total
 
@@ -384,8 +441,14 @@ class LoraGRPOTrainer:
         grad = (plus - minus) / (2 * eps)
         scalar = float(torch.tensor(lr * grad, dtype=torch.float32)) if math.isfinite(grad) else 0.0
         self.load_weights(apply_messages(x, [SeedMessage(0, 0, seed, scalar)]))
-        metrics.update(loss=(plus + minus) / 2, projected_grad=grad, zo_scalar=scalar, micro_batches=len(mbs),
-                       updates=1, skipped_updates=int(not math.isfinite(grad)))
+        metrics.update(
+            loss=(plus + minus) / 2,
+            projected_grad=grad,
+            zo_scalar=scalar,
+            micro_batches=len(mbs),
+            updates=1,
+            skipped_updates=int(not math.isfinite(grad)),
+        )
         return scalar, metrics
 
     def _zero_grads_beyond_rank(self) -> None:

@@ -50,7 +50,6 @@ def ft_reference(ft_reference_of):
 def local_ray():
     """Ray in this process (2 CPUs, no dashboard) for the tests of one module."""
     import ray
-
     from ray_helpers import RAY_ENV
 
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
@@ -71,9 +70,23 @@ def ray_head():
     port, dash = 6390, 8275
     temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must fit 107 chars
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    subprocess.run([ray_cli(), "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=true",
-                    f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}"],
-                   check=True, capture_output=True, env=env, timeout=180)
+    subprocess.run(
+        [
+            ray_cli(),
+            "start",
+            "--head",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            f"--dashboard-port={dash}",
+            "--dashboard-host=127.0.0.1",
+            f"--temp-dir={temp_dir}",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=180,
+    )
     try:
         yield f"http://127.0.0.1:{dash}"
     finally:
@@ -96,8 +109,14 @@ def s3_server(tmp_path_factory):
     exe = Path(sys.executable).with_name("moto_server")
     log = open(tmp_path_factory.mktemp("moto") / "server.log", "w")
     proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -106,14 +125,20 @@ def s3_server(tmp_path_factory):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start (exit {proc.poll()})")
+                    raise RuntimeError(f"moto_server did not start (exit {proc.poll()})") from None
                 time.sleep(0.2)
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)  # this process's pyarrow reads them too
         import pyarrow.fs as pafs
 
-        pafs.S3FileSystem(allow_bucket_creation=True, endpoint_override=f"127.0.0.1:{port}", scheme="http",
-                          access_key="test", secret_key="test", region="us-east-1").create_dir("runs")
+        pafs.S3FileSystem(
+            allow_bucket_creation=True,
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            access_key="test",
+            secret_key="test",
+            region="us-east-1",
+        ).create_dir("runs")
         yield env
         for k, v in old.items():
             if v is None:

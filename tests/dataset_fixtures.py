@@ -5,17 +5,29 @@ Each builder returns (records, number of valid rows, {reason: count} of the malf
 
 from __future__ import annotations
 
-MATH_TYPES = ["Algebra", "Counting & Probability", "Geometry", "Intermediate Algebra", "Number Theory",
-              "Prealgebra", "Precalculus"]
+MATH_TYPES = [
+    "Algebra",
+    "Counting & Probability",
+    "Geometry",
+    "Intermediate Algebra",
+    "Number Theory",
+    "Prealgebra",
+    "Precalculus",
+]
 
 
 def math_records(per_type: int = 12):
     recs = []
     for t, subject in enumerate(MATH_TYPES):
         for i in range(per_type):
-            recs.append({"problem": f"[{subject} #{i}] Compute $\\frac{{{i + 1}}}{{{t + 2}}} \\cdot {t + 2}$.",
-                         "level": f"Level {1 + i % 5}", "type": subject,
-                         "solution": f"Cancel the {t + 2}s: $\\boxed{{\\dfrac{{\\sqrt{{{(i + 1) ** 2}}}}}{{1}}}}$."})
+            recs.append(
+                {
+                    "problem": f"[{subject} #{i}] Compute $\\frac{{{i + 1}}}{{{t + 2}}} \\cdot {t + 2}$.",
+                    "level": f"Level {1 + i % 5}",
+                    "type": subject,
+                    "solution": f"Cancel the {t + 2}s: $\\boxed{{\\dfrac{{\\sqrt{{{(i + 1) ** 2}}}}}{{1}}}}$.",
+                }
+            )
     bad = [
         {"problem": "", "level": "Level 1", "type": "Algebra", "solution": "$\\boxed{1}$"},  # empty_prompt
         {"problem": "No boxed answer.", "level": "Level 2", "type": "Algebra", "solution": "It is 3."},
@@ -25,25 +37,60 @@ def math_records(per_type: int = 12):
     return recs + bad, len(recs), {"empty_prompt": 1, "missing_answer": 2, "missing_topic": 1}
 
 
-DEEPMATH_AREAS = ["Algebra", "Calculus", "Discrete Mathematics", "Geometry", "Number Theory", "Precalculus",
-                  "Applied Mathematics"]
+DEEPMATH_AREAS = [
+    "Algebra",
+    "Calculus",
+    "Discrete Mathematics",
+    "Geometry",
+    "Number Theory",
+    "Precalculus",
+    "Applied Mathematics",
+]
 
 
 def deepmath_records(per_area: int = 20):
     recs = []
     for a, area in enumerate(DEEPMATH_AREAS):
         for i in range(per_area):
-            recs.append({"question": f"[{area} #{i}] Evaluate {i} + {a}.", "final_answer": str(i + a),
-                         "difficulty": 5.0 + (i % 4) * 0.5,
-                         "topic": f"Mathematics -> {area} -> Subfield {i % 3}",
-                         "r1_solution_1": "...", "r1_solution_2": "...", "r1_solution_3": "..."})
+            recs.append(
+                {
+                    "question": f"[{area} #{i}] Evaluate {i} + {a}.",
+                    "final_answer": str(i + a),
+                    "difficulty": 5.0 + (i % 4) * 0.5,
+                    "topic": f"Mathematics -> {area} -> Subfield {i % 3}",
+                    "r1_solution_1": "...",
+                    "r1_solution_2": "...",
+                    "r1_solution_3": "...",
+                }
+            )
     bad = [
-        {"question": "   ", "final_answer": "1", "difficulty": 5.0, "topic": "Mathematics -> Algebra",
-         "r1_solution_1": "", "r1_solution_2": "", "r1_solution_3": ""},
-        {"question": "No answer.", "final_answer": None, "difficulty": 6.0, "topic": "Mathematics -> Calculus",
-         "r1_solution_1": "", "r1_solution_2": "", "r1_solution_3": ""},
-        {"question": "No topic.", "final_answer": "2", "difficulty": 6.0, "topic": "",
-         "r1_solution_1": "", "r1_solution_2": "", "r1_solution_3": ""},
+        {
+            "question": "   ",
+            "final_answer": "1",
+            "difficulty": 5.0,
+            "topic": "Mathematics -> Algebra",
+            "r1_solution_1": "",
+            "r1_solution_2": "",
+            "r1_solution_3": "",
+        },
+        {
+            "question": "No answer.",
+            "final_answer": None,
+            "difficulty": 6.0,
+            "topic": "Mathematics -> Calculus",
+            "r1_solution_1": "",
+            "r1_solution_2": "",
+            "r1_solution_3": "",
+        },
+        {
+            "question": "No topic.",
+            "final_answer": "2",
+            "difficulty": 6.0,
+            "topic": "",
+            "r1_solution_1": "",
+            "r1_solution_2": "",
+            "r1_solution_3": "",
+        },
     ]
     return recs + bad, len(recs), {"empty_prompt": 1, "missing_answer": 1, "missing_topic": 1}
 
@@ -51,15 +98,30 @@ def deepmath_records(per_area: int = 20):
 def medqa_records(n: int = 40):
     recs = []
     for i in range(n):
-        recs.append({"question": f"A {20 + i}-year-old presents with finding {i}. Most likely diagnosis?",
-                     "answer": f"Diagnosis {i % 4}", "answer_idx": "ABCD"[i % 4],
-                     "options": {k: f"Diagnosis {j}" for j, k in enumerate("ABCD")},
-                     "meta_info": "step1" if i % 2 else "step2&3"})
+        recs.append(
+            {
+                "question": f"A {20 + i}-year-old presents with finding {i}. Most likely diagnosis?",
+                "answer": f"Diagnosis {i % 4}",
+                "answer_idx": "ABCD"[i % 4],
+                "options": {k: f"Diagnosis {j}" for j, k in enumerate("ABCD")},
+                "meta_info": "step1" if i % 2 else "step2&3",
+            }
+        )
     bad = [
-        {"question": "Bad answer letter?", "answer": "x", "answer_idx": "E",
-         "options": {k: f"o{j}" for j, k in enumerate("ABCD")}, "meta_info": "step1"},
-        {"question": "Missing option D?", "answer": "x", "answer_idx": "A",
-         "options": {"A": "a", "B": "b", "C": "c", "D": None}, "meta_info": "step1"},
+        {
+            "question": "Bad answer letter?",
+            "answer": "x",
+            "answer_idx": "E",
+            "options": {k: f"o{j}" for j, k in enumerate("ABCD")},
+            "meta_info": "step1",
+        },
+        {
+            "question": "Missing option D?",
+            "answer": "x",
+            "answer_idx": "A",
+            "options": {"A": "a", "B": "b", "C": "c", "D": None},
+            "meta_info": "step1",
+        },
     ]
     return recs + bad, len(recs), {"missing_answer": 1, "empty_prompt": 1}
 
@@ -71,14 +133,48 @@ def medmcqa_records(per_subject: int = 15):
     recs = []
     for s, subject in enumerate(MEDMCQA_SUBJECTS):
         for i in range(per_subject):
-            recs.append({"id": f"{s}-{i}", "question": f"[{subject}] Which structure {i}?", "opa": "first",
-                         "opb": "second", "opc": "third", "opd": "fourth", "cop": (i + s) % 4,
-                         "choice_type": "single", "exp": None, "subject_name": subject, "topic_name": f"t{i % 3}"})
+            recs.append(
+                {
+                    "id": f"{s}-{i}",
+                    "question": f"[{subject}] Which structure {i}?",
+                    "opa": "first",
+                    "opb": "second",
+                    "opc": "third",
+                    "opd": "fourth",
+                    "cop": (i + s) % 4,
+                    "choice_type": "single",
+                    "exp": None,
+                    "subject_name": subject,
+                    "topic_name": f"t{i % 3}",
+                }
+            )
     bad = [
-        {"id": "u", "question": "Unlabelled (test split)?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "cop": -1,
-         "choice_type": "single", "exp": None, "subject_name": "Anatomy", "topic_name": None},
-        {"id": "v", "question": "No subject?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "cop": 2,
-         "choice_type": "single", "exp": None, "subject_name": None, "topic_name": None},
+        {
+            "id": "u",
+            "question": "Unlabelled (test split)?",
+            "opa": "a",
+            "opb": "b",
+            "opc": "c",
+            "opd": "d",
+            "cop": -1,
+            "choice_type": "single",
+            "exp": None,
+            "subject_name": "Anatomy",
+            "topic_name": None,
+        },
+        {
+            "id": "v",
+            "question": "No subject?",
+            "opa": "a",
+            "opb": "b",
+            "opc": "c",
+            "opd": "d",
+            "cop": 2,
+            "choice_type": "single",
+            "exp": None,
+            "subject_name": None,
+            "topic_name": None,
+        },
     ]
     return recs + bad, len(recs), {"missing_answer": 1, "missing_topic": 1}
 

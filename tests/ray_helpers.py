@@ -18,12 +18,27 @@ from pubswap.faults import ENV as FAULT_ENV
 def tiny_config(model_dir: Path, run_dir: Path, *overrides: str) -> RunConfig:
     """2 clients, 2 rounds of tau=4 with public steps at 2 and 4, on the tiny random model."""
     base = [
-        f"model.path={model_dir}", "model.dtype=float32", "model.max_prompt_len=96", "model.max_response_len=6",
-        "lora.r=8", "lora.alpha=16", "grpo.K=8", "grpo.b=4", "grpo.lr=1e-3",
-        "federation.num_clients=2", "federation.rounds=2", "federation.tau=4", "federation.swap_period=2",
+        f"model.path={model_dir}",
+        "model.dtype=float32",
+        "model.max_prompt_len=96",
+        "model.max_response_len=6",
+        "lora.r=8",
+        "lora.alpha=16",
+        "grpo.K=8",
+        "grpo.b=4",
+        "grpo.lr=1e-3",
+        "federation.num_clients=2",
+        "federation.rounds=2",
+        "federation.tau=4",
+        "federation.swap_period=2",
         "data.tasks={chain_sum: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}, "
-        "basic_arithmetic: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}", "data.per_client=24", "data.public_size=12", "data.test_size=8",
-        "rollout.backend=hf", "resources.cpus_per_client=0.5", f"run_dir={run_dir}",
+        "basic_arithmetic: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}",
+        "data.per_client=24",
+        "data.public_size=12",
+        "data.test_size=8",
+        "rollout.backend=hf",
+        "resources.cpus_per_client=0.5",
+        f"run_dir={run_dir}",
         # the tiny models answer with a bare digit, never a \boxed{}: only the lenient reward credits them,
         # and without rewards there are no advantages, no updates and no swaps to test
         "data.reward_mode=lenient",
@@ -56,18 +71,32 @@ def _driver_env(env_extra: dict | None = None) -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", FAULT_ENV)} | (env_extra or {})
 
 
-def run_driver(cfg: RunConfig, env_extra: dict | None = None, args: tuple[str, ...] = (),
-               config_path: Path | None = None) -> subprocess.CompletedProcess:
+def run_driver(
+    cfg: RunConfig, env_extra: dict | None = None, args: tuple[str, ...] = (), config_path: Path | None = None
+) -> subprocess.CompletedProcess:
     """`python -m jobs.train --config X [args]` in a fresh process (which starts its own local Ray)."""
-    return subprocess.run([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg, config_path)), *args],
-                          cwd=REPO, env=_driver_env(env_extra), capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg, config_path)), *args],
+        cwd=REPO,
+        env=_driver_env(env_extra),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-def start_driver(cfg: RunConfig, stderr=subprocess.PIPE, env_extra: dict | None = None,
-                 config_path: Path | None = None) -> subprocess.Popen:
+def start_driver(
+    cfg: RunConfig, stderr=subprocess.PIPE, env_extra: dict | None = None, config_path: Path | None = None
+) -> subprocess.Popen:
     """Like run_driver, but running: read its stdout line by line, signal it, wait for it."""
-    return subprocess.Popen([sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg, config_path))],
-                            cwd=REPO, env=_driver_env(env_extra), stdout=subprocess.PIPE, stderr=stderr, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg, config_path))],
+        cwd=REPO,
+        env=_driver_env(env_extra),
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
 
 
 def process_tree(pid: int) -> list[int]:
@@ -122,8 +151,16 @@ def tb_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
 
 # --- the process table: what a run leaves behind ------------------------------------------------
 
-RUN_PROCESSES = ("ray::ClientActor", "ray::ServerActor", "VLLM::EngineCore", "VLLM::Worker", "raylet", "gcs_server",
-                 "ray::DashboardAgent", "ray::RuntimeEnvAgent")
+RUN_PROCESSES = (
+    "ray::ClientActor",
+    "ray::ServerActor",
+    "VLLM::EngineCore",
+    "VLLM::Worker",
+    "raylet",
+    "gcs_server",
+    "ray::DashboardAgent",
+    "ray::RuntimeEnvAgent",
+)
 
 
 def cmdline(pid: int) -> str:
@@ -186,6 +223,8 @@ def kill_cluster_when(proc: subprocess.Popen, marker: str, timeout_s: float = 30
     assert proc.returncode == -signal.SIGKILL, "".join(seen)[-2000:]
     deadline = time.monotonic() + timeout_s
     while any(alive(p) for p in tree):
-        assert time.monotonic() < deadline, f"processes of the killed cluster still alive: {[p for p in tree if alive(p)]}"
+        assert time.monotonic() < deadline, (
+            f"processes of the killed cluster still alive: {[p for p in tree if alive(p)]}"
+        )
         time.sleep(0.5)
     return tree

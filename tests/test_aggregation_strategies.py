@@ -6,8 +6,19 @@ import math
 import pytest
 import torch
 
-from pubswap.aggregation import (STRATEGIES, Context, FedDARE, FedICU, FedIT, FedProx, FedSRD, FedSRDe, FFALoRA,
-                                 FlexLoRA, payload_bytes)
+from pubswap.aggregation import (
+    STRATEGIES,
+    Context,
+    FedDARE,
+    FedICU,
+    FedIT,
+    FedProx,
+    FedSRD,
+    FedSRDe,
+    FFALoRA,
+    FlexLoRA,
+    payload_bytes,
+)
 from pubswap.aggregation.fedsrd import pearson_kurtosis, prune_by_importance, prune_ratio
 from pubswap.aggregation.payload import sparsify
 
@@ -16,8 +27,12 @@ A2, B2 = "m2.lora_A.weight", "m2.lora_B.weight"  # a 3 x 4 weight, r = 2
 
 
 def adapter(gen, b_zero=False, scale=1.0):
-    return {A1: torch.randn(2, 5, generator=gen) * scale, B1: torch.zeros(6, 2) if b_zero else torch.randn(6, 2, generator=gen) * scale,
-            A2: torch.randn(2, 4, generator=gen) * scale, B2: torch.zeros(3, 2) if b_zero else torch.randn(3, 2, generator=gen) * scale}
+    return {
+        A1: torch.randn(2, 5, generator=gen) * scale,
+        B1: torch.zeros(6, 2) if b_zero else torch.randn(6, 2, generator=gen) * scale,
+        A2: torch.randn(2, 4, generator=gen) * scale,
+        B2: torch.zeros(3, 2) if b_zero else torch.randn(3, 2, generator=gen) * scale,
+    }
 
 
 def trained_from(start, gen, n=3, scale=0.1):
@@ -39,8 +54,10 @@ def test_fedit_sends_r_times_m_plus_d_values_per_module_each_way():
     res = FedIT().run_round(start, trained_from(start, gen, 2))
     per_direction = 4 * (2 * (5 + 6) + 2 * (4 + 3))  # fp32 values: r (m + d) per module
     assert res.upload_bytes == [per_direction] * 2 and res.download_bytes == [per_direction] * 2
-    half = FedIT().run_round({k: v.bfloat16() for k, v in start.items()},
-                             [{k: v.bfloat16() for k, v in t.items()} for t in trained_from(start, gen, 2)])
+    half = FedIT().run_round(
+        {k: v.bfloat16() for k, v in start.items()},
+        [{k: v.bfloat16() for k, v in t.items()} for t in trained_from(start, gen, 2)],
+    )
     assert half.upload_bytes == [per_direction // 2] * 2  # counted at the dtype actually sent
 
 
@@ -49,8 +66,10 @@ def test_ffa_lora_trains_and_sends_only_b_and_its_mean_is_exact():
     start = adapter(gen)
     s = FFALoRA()
     assert not s.trains(A1) and s.trains(B1)
-    trained = [{**start, B1: start[B1] + torch.randn(6, 2, generator=gen), B2: start[B2] + torch.randn(3, 2, generator=gen)}
-               for _ in range(3)]
+    trained = [
+        {**start, B1: start[B1] + torch.randn(6, 2, generator=gen), B2: start[B2] + torch.randn(3, 2, generator=gen)}
+        for _ in range(3)
+    ]
     res = s.run_round(start, trained, weights=[1, 2, 3])
     w = [1 / 6, 2 / 6, 3 / 6]
     mean_product = sum(wi * product(t) for wi, t in zip(w, trained))
@@ -65,7 +84,7 @@ def test_flexlora_reproduces_the_mean_product_when_the_rank_allows():
     trained = []
     for _ in range(2):  # each client's product has rank 1, so their mean has rank <= 2 = r
         t = {k: v.clone() for k, v in start.items()}
-        for a, b in ((A1, B1), (A2, B2)):
+        for b in (B1, B2):
             t[b][:, 1] = 0
             t[b][:, 0] = torch.randn(t[b].shape[0], generator=gen)
         trained.append(t)
@@ -132,13 +151,15 @@ def test_sparse_payload_bytes_are_values_plus_the_cheaper_position_encoding():
 
 
 def test_fedsrd_prune_ratio_follows_the_kurtosis():
-    assert pearson_kurtosis(torch.tensor([0.0, 0.0, 0.0, 1.0])) == pytest.approx(0.08203125 / 0.1875 ** 2)  # 2.33
+    assert pearson_kurtosis(torch.tensor([0.0, 0.0, 0.0, 1.0])) == pytest.approx(0.08203125 / 0.1875**2)  # 2.33
     assert pearson_kurtosis(torch.tensor([-1.0, 1.0] * 50)) == pytest.approx(1.0)
-    assert pearson_kurtosis(torch.randn(200000, generator=torch.Generator().manual_seed(0))) == pytest.approx(3.0, abs=0.05)
+    assert pearson_kurtosis(torch.randn(200000, generator=torch.Generator().manual_seed(0))) == pytest.approx(
+        3.0, abs=0.05
+    )
     assert prune_ratio(1.0) == pytest.approx(0.85)  # ln 1 = 0
     assert prune_ratio(0.5) == pytest.approx(0.85)  # kurtosis below 1 counts as 1
     assert prune_ratio(math.e) == pytest.approx(0.95)
-    assert prune_ratio(math.e ** 2) == pytest.approx(0.96)  # capped at base + upper
+    assert prune_ratio(math.e**2) == pytest.approx(0.96)  # capped at base + upper
 
 
 def test_fedsrd_pruning_keeps_the_important_entries_and_their_l1_mass():
@@ -149,7 +170,9 @@ def test_fedsrd_pruning_keeps_the_important_entries_and_their_l1_mass():
     assert int(keep.sum()) == 20  # 200 entries, the top 10 %
     assert importance[keep].min() > importance[~keep].max()
     assert float(kept.abs().sum()) == pytest.approx(float(delta.abs().sum()), rel=1e-6)
-    assert torch.allclose(kept[keep] / delta[keep], torch.full((20,), float(delta.abs().sum() / delta[keep].abs().sum())))
+    assert torch.allclose(
+        kept[keep] / delta[keep], torch.full((20,), float(delta.abs().sum() / delta[keep].abs().sum()))
+    )
 
 
 def test_fedsrd_client_importance_uses_the_other_factors_norms():
@@ -185,8 +208,10 @@ def test_fedsrd_projects_the_averaged_product_change_on_one_factor_alternating(c
     for round_idx, update_b in ((1, True), (2, False), (3, True)):
         res = s.run_round(start, trained, round_idx=round_idx)
         # what the server sees: each client's factors rebuilt from its pruned upload
-        seen = [{k: start[k] + up[k].dense() for k in start}
-                for up in (s.upload(start, t, Context(0, round_idx, c)) for c, t in enumerate(trained))]
+        seen = [
+            {k: start[k] + up[k].dense() for k in start}
+            for up in (s.upload(start, t, Context(0, round_idx, c)) for c, t in enumerate(trained))
+        ]
         for a, b in ((A1, B1), (A2, B2)):
             key, delta = dense_round(start, seen, a, b, truncate, update_b)
             other = a if key == b else b
@@ -206,7 +231,8 @@ def test_fedsrd_updates_b_while_b_is_zero_and_sparsifies_the_download():
     nz = got != 0
     assert torch.allclose(got[nz], full[nz] / 0.2)  # kept entries rescaled by 1 / (1 - p)
     down = FedSRD(download_p=0.8).server_aggregate(
-        start, [FedSRD().upload(start, t, Context(0, 2, c)) for c, t in enumerate(trained)], None, Context(0, 2))
+        start, [FedSRD().upload(start, t, Context(0, 2, c)) for c, t in enumerate(trained)], None, Context(0, 2)
+    )
     assert sorted(down) == [B1, B2]  # no A sent
     kept = {k: down[k].values.numel() for k in (B1, B2)}  # about 20 % of the 18 entries
     assert 0 < sum(kept.values()) < 18
@@ -246,8 +272,14 @@ def test_flexlora_with_per_client_ranks():
     gen = torch.Generator().manual_seed(10)
     start = adapter(gen)  # rank 2 adapters
     trained = trained_from(start, gen, 2, scale=1.0)
-    trained[0] = {k: (v.clone().index_fill_(0, torch.tensor([1]), 0) if "lora_A" in k
-                      else v.clone().index_fill_(1, torch.tensor([1]), 0)) for k, v in trained[0].items()}  # rank 1
+    trained[0] = {
+        k: (
+            v.clone().index_fill_(0, torch.tensor([1]), 0)
+            if "lora_A" in k
+            else v.clone().index_fill_(1, torch.tensor([1]), 0)
+        )
+        for k, v in trained[0].items()
+    }  # rank 1
     res = FlexLoRA().run_round(start, trained, ranks=[1, None])
     assert res.upload_bytes == [4 * 1 * (11 + 7), 4 * 2 * (11 + 7)]  # r_i (m + d) values per module
     assert res.download_bytes == [4 * 1 * (11 + 7), 4 * 2 * (11 + 7)]

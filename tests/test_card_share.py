@@ -39,8 +39,12 @@ def test_actors_on_one_card_take_turns_and_a_killed_holder_frees_the_turn(tmp_pa
     assert len(spans) == 3
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))  # never two at once
 
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, "GPU-bbbb", str(tmp_path)], stdout=subprocess.PIPE,
-                              text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, "GPU-bbbb", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     try:
         assert holder.stdout.readline().strip() == "holding"
         with mp.Manager() as manager:

@@ -2,9 +2,10 @@
 
 import json
 
+from ray_helpers import ft_config, metrics
+
 from jobs.centralized import centralize
 from jobs.train import build_split, train
-from ray_helpers import ft_config, metrics
 
 
 def test_centralize_merges_the_split_and_scales_the_batch(digit_model_dir, tmp_path):
@@ -31,8 +32,13 @@ def test_a_centralized_run_trains_one_learner_and_records_the_users_config(local
 
 
 def test_the_full_parameter_reference_is_one_client_training_every_weight(local_ray, digit_model_dir, tmp_path):
-    cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.method=centralized-full", "federation.num_clients=3",
-                    "federation.rounds=1")
+    cfg = ft_config(
+        digit_model_dir,
+        tmp_path / "run",
+        "federation.method=centralized-full",
+        "federation.num_clients=3",
+        "federation.rounds=1",
+    )
     run, _ = centralize(cfg, build_split(cfg, str(digit_model_dir)))
     assert run.federation.method == "dsgd" and run.federation.num_clients == 1 and run.grpo.b == 3 * cfg.grpo.b
     train(cfg)

@@ -7,16 +7,17 @@ import pytest
 import torch
 
 from pubswap import metrics_log
-from pubswap.checkpoint import (LATEST_NAME, CheckpointWarning, latest_checkpoint, round_dir, save_checkpoint,
-                                verify)
+from pubswap.checkpoint import LATEST_NAME, CheckpointWarning, latest_checkpoint, round_dir, save_checkpoint, verify
 from pubswap.config import RunConfig, resume_conflicts
 from pubswap.faults import ENV, maybe_crash
 from pubswap.lora import WEIGHTS_NAME, peft_lora_config
 
 
 def adapter(value: float):
-    return {"base_model.model.layers.0.q_proj.lora_A.weight": torch.full((2, 4), value),
-            "base_model.model.layers.0.q_proj.lora_B.weight": torch.full((4, 2), -value)}
+    return {
+        "base_model.model.layers.0.q_proj.lora_A.weight": torch.full((2, 4), value),
+        "base_model.model.layers.0.q_proj.lora_B.weight": torch.full((4, 2), -value),
+    }
 
 
 @pytest.fixture
@@ -111,8 +112,12 @@ def test_fault_fires_once_only_at_its_point(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(spec))
     killed = []
     monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append((pid, sig)))
-    for args in [("client", 2, 3, "private_train", 0), ("client", 1, 3, "public_train", 1),
-                 ("client", 2, 2, "private_train", 1), ("driver", 2, 3, "private_train", None)]:
+    for args in [
+        ("client", 2, 3, "private_train", 0),
+        ("client", 1, 3, "public_train", 1),
+        ("client", 2, 2, "private_train", 1),
+        ("driver", 2, 3, "private_train", None),
+    ]:
         maybe_crash(*args[:4], client=args[4])
     assert killed == [] and spec.exists()
     maybe_crash("client", 2, 3, "private_train", client=1)

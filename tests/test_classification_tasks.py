@@ -4,8 +4,8 @@ malformed rows included; the gold label verifies under the exact reward."""
 from collections import Counter
 
 import pytest
-
 from dataset_fixtures import write
+
 from pubswap.config import load_config
 from pubswap.data.classification import classification_rows
 from pubswap.data.records import load_records
@@ -14,16 +14,21 @@ from pubswap.rewards import exact_match_reward
 
 
 def sst2_records():
-    good = [{"sentence": f"a {'fine' if i % 3 else 'dull'} film number {i} ", "label": int(i % 3 != 0), "idx": i}
-            for i in range(30)]
-    bad = [{"sentence": "unlabelled test row", "label": -1, "idx": 30},  # GLUE's test split
-           {"sentence": "  ", "label": 1, "idx": 31}]
+    good = [
+        {"sentence": f"a {'fine' if i % 3 else 'dull'} film number {i} ", "label": int(i % 3 != 0), "idx": i}
+        for i in range(30)
+    ]
+    bad = [
+        {"sentence": "unlabelled test row", "label": -1, "idx": 30},  # GLUE's test split
+        {"sentence": "  ", "label": 1, "idx": 31},
+    ]
     return good + bad, {"negative": 10, "positive": 20}
 
 
 def rte_records():
-    glue = [{"sentence1": f"Premise {i}.", "sentence2": f"Hypothesis {i}.", "label": i % 2, "idx": i}
-            for i in range(10)]
+    glue = [
+        {"sentence1": f"Premise {i}.", "sentence2": f"Hypothesis {i}.", "label": i % 2, "idx": i} for i in range(10)
+    ]
     return glue, {"yes": 5, "no": 5}
 
 

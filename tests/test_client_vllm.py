@@ -7,10 +7,10 @@ after a change of adapter (a stale LoRA id would keep serving the old weights an
 import pytest
 import ray
 import torch
+from ray_helpers import RAY_ENV, tiny_config
 
 from actors.client import ClientActor
 from pubswap.data.rows import Row
-from ray_helpers import RAY_ENV, tiny_config
 
 pytest.importorskip("vllm")
 
@@ -21,9 +21,16 @@ def client(request, tiny_model_dir, tmp_path_factory):
     vLLM's LoRA kernels (the GPU default)."""
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
     run_dir = tmp_path_factory.mktemp("vllm_client")
-    cfg = tiny_config(tiny_model_dir, run_dir, "rollout.backend=vllm", "federation.num_clients=1",
-                      f"rollout.lora_mode={request.param}",
-                      "grpo.lr=0.05", "grpo.kl_coef=0.0", "grpo.tis_cap=2.0")
+    cfg = tiny_config(
+        tiny_model_dir,
+        run_dir,
+        "rollout.backend=vllm",
+        "federation.num_clients=1",
+        f"rollout.lora_mode={request.param}",
+        "grpo.lr=0.05",
+        "grpo.kl_coef=0.0",
+        "grpo.tis_cap=2.0",
+    )
     rows = [Row(f"Calculate {a} + {b}.", str(a + b), "add") for a in range(4) for b in range(4)]
     actor = ClientActor.options(num_cpus=0.5).remote(cfg.to_dict(), {0: rows}, str(tiny_model_dir))
     yield actor
@@ -35,7 +42,7 @@ def engine_vs_trainer(actor, prompt="Calculate 2 + 3."):
     out = ray.get(actor.answer_public.remote([(prompt, "5")], 0, 0))
     response = list(out["responses"][0][0][0].token_ids)
     pids = list(ray.get(actor.prompt_ids.remote(prompt)))
-    engine = ray.get(actor.engine_logprobs.remote(pids + response))[len(pids) - 1:]
+    engine = ray.get(actor.engine_logprobs.remote(pids + response))[len(pids) - 1 :]
     trainer = ray.get(actor.trainer_logprobs.remote(pids, response))
     return torch.tensor(engine), torch.tensor(trainer)
 

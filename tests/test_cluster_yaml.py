@@ -56,6 +56,7 @@ def test_the_schema_check_catches_a_broken_config(breakage):
 
 # -- locked down ------------------------------------------------------------------------------------------
 
+
 def lockdown_problems(cfg: dict) -> list[str]:
     """What in an autoscaler config leaves the cluster open or its nodes unlike each other."""
     problems = []
@@ -80,7 +81,7 @@ def lockdown_problems(cfg: dict) -> list[str]:
     for cmd in cfg["setup_commands"]:
         if "pip install" not in cmd:
             continue
-        for word in shlex.split(cmd)[cmd.split().index("install") + 1:]:
+        for word in shlex.split(cmd)[cmd.split().index("install") + 1 :]:
             if word.startswith("-") or "pubswap" in word or word.startswith("--python") or "/" in word:
                 continue
             if "==" not in word:
@@ -100,7 +101,9 @@ def test_the_lockdown_check_catches_each_opening(breakage):
     if breakage == "latest_dlami":
         bad["available_node_types"]["gpu_worker"]["node_config"]["ImageId"] = "latest_dlami"
     elif breakage == "no_token":
-        bad["worker_start_ray_commands"] = [c.replace("RAY_AUTH_MODE=token ", "") for c in bad["worker_start_ray_commands"]]
+        bad["worker_start_ray_commands"] = [
+            c.replace("RAY_AUTH_MODE=token ", "") for c in bad["worker_start_ray_commands"]
+        ]
     elif breakage == "public_dashboard":
         bad["head_start_ray_commands"][-1] += " --dashboard-host=0.0.0.0"
     elif breakage == "unpinned_ray":

@@ -30,8 +30,7 @@ def test_defaults_are_the_papers_table_9():
 
 def test_yaml_and_dotted_overrides(tmp_path, model_dir):
     p = write(tmp_path, {"model": {"path": str(model_dir)}, "federation": {"tau": 12, "method": "pubswap-random"}})
-    c = load_config(p, ["grpo.lr=3e-5", "federation.swap_period=4", "lora.target_modules=[q_proj,v_proj]",
-                        "seed=5"])
+    c = load_config(p, ["grpo.lr=3e-5", "federation.swap_period=4", "lora.target_modules=[q_proj,v_proj]", "seed=5"])
     assert c.federation.tau == 12 and c.federation.swap_period == 4
     assert c.grpo.lr == 3e-5 and isinstance(c.grpo.lr, float)
     assert c.lora.target_modules == ["q_proj", "v_proj"] and c.seed == 5
@@ -45,11 +44,14 @@ def test_yaml_string_floats_are_accepted(tmp_path, model_dir):
     assert load_config(p).grpo.lr == 1e-5
 
 
-@pytest.mark.parametrize("override, key", [
-    ("grpo.learning_rate=1", "grpo.learning_rate"),
-    ("federation.tua=3", "federation.tua"),
-    ("nosuch.x=1", "nosuch"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("grpo.learning_rate=1", "grpo.learning_rate"),
+        ("federation.tua=3", "federation.tua"),
+        ("nosuch.x=1", "nosuch"),
+    ],
+)
 def test_unknown_override_keys_are_named(model_dir, override, key):
     with pytest.raises(ConfigError, match=f"unknown config key: {key}"):
         load_config(None, [f"model.path={model_dir}", override])
@@ -61,28 +63,33 @@ def test_unknown_yaml_key_is_named(tmp_path, model_dir):
         load_config(p)
 
 
-@pytest.mark.parametrize("override, key", [
-    ("federation.tau=-1", "federation.tau"),
-    ("federation.swap_period=10", "federation.swap_period"),  # == tau (10) for a PubSwap method
-    ("grpo.K=1", "grpo.K"),
-    ("federation.method=fedsgd", "federation.method"),
-    ("grpo.lr=abc", "grpo.lr"),
-    ("grpo.K=2.5", "grpo.K"),
-    ("grpo.K=true", "grpo.K"),
-    ("data.dirichlet_alpha=0", "data.dirichlet_alpha"),
-    ("federation.aggregation=fedavg", "federation.aggregation"),
-    ("lora.r=[8, 4, 4]", "lora.r"),  # 4 clients by default: one rank each
-    ("lora.r=[8, 4, 4, 0]", "lora.r"),
-    ("federation.aggregation_kwargs={p: 0.5}", "federation.aggregation_kwargs.p"),  # fedit takes none
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("federation.tau=-1", "federation.tau"),
+        ("federation.swap_period=10", "federation.swap_period"),  # == tau (10) for a PubSwap method
+        ("grpo.K=1", "grpo.K"),
+        ("federation.method=fedsgd", "federation.method"),
+        ("grpo.lr=abc", "grpo.lr"),
+        ("grpo.K=2.5", "grpo.K"),
+        ("grpo.K=true", "grpo.K"),
+        ("data.dirichlet_alpha=0", "data.dirichlet_alpha"),
+        ("federation.aggregation=fedavg", "federation.aggregation"),
+        ("lora.r=[8, 4, 4]", "lora.r"),  # 4 clients by default: one rank each
+        ("lora.r=[8, 4, 4, 0]", "lora.r"),
+        ("federation.aggregation_kwargs={p: 0.5}", "federation.aggregation_kwargs.p"),  # fedit takes none
+    ],
+)
 def test_invalid_values_are_rejected_naming_the_key(model_dir, override, key):
     with pytest.raises(ConfigError, match=f"^{key}"):
         load_config(None, [f"model.path={model_dir}", override])
 
 
 def test_swap_period_constraint_only_applies_to_pubswap(model_dir):
-    c = load_config(None, [f"model.path={model_dir}", "federation.method=fedavg-grpo", "federation.tau=2",
-                           "federation.swap_period=2"])
+    c = load_config(
+        None,
+        [f"model.path={model_dir}", "federation.method=fedavg-grpo", "federation.tau=2", "federation.swap_period=2"],
+    )
     assert c.federation.swap_rule is None and not c.federation.is_public_step(2)
 
 
@@ -125,9 +132,21 @@ def test_per_client_ranks_need_flexlora_and_strategy_kwargs_are_checked(model_di
         load_config(None, [f"model.path={model_dir}", "lora.r=[8, 4, 4, 8]"])
     c = load_config(None, [f"model.path={model_dir}", "lora.r=[8, 4, 4, 8]", "federation.aggregation=flexlora"])
     assert c.lora.max_r == 8 and [c.lora.client_rank(i) for i in range(4)] == [8, 4, 4, 8]
-    c = load_config(None, [f"model.path={model_dir}", "federation.aggregation=fedsrd",
-                           "federation.aggregation_kwargs={download_p: 0.9, prune_base: 0.8}"])
+    c = load_config(
+        None,
+        [
+            f"model.path={model_dir}",
+            "federation.aggregation=fedsrd",
+            "federation.aggregation_kwargs={download_p: 0.9, prune_base: 0.8}",
+        ],
+    )
     assert c.federation.aggregation_kwargs == {"download_p": 0.9, "prune_base": 0.8}
     with pytest.raises(ConfigError, match="^federation.aggregation_kwargs: download_p must be in"):
-        load_config(None, [f"model.path={model_dir}", "federation.aggregation=fedsrd",
-                           "federation.aggregation_kwargs={download_p: 1}"])
+        load_config(
+            None,
+            [
+                f"model.path={model_dir}",
+                "federation.aggregation=fedsrd",
+                "federation.aggregation_kwargs={download_p: 1}",
+            ],
+        )

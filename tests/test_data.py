@@ -3,7 +3,6 @@ from collections import Counter
 import pytest
 
 from pubswap.data import Row, dirichlet_split, format_histogram, topic_histogram, validate_rows
-from pubswap.rewards import math_reward
 
 
 def rows(n_per_topic=100, topics=("a", "b", "c", "d", "e")):
@@ -48,8 +47,10 @@ def _skew(split):
 
 def test_smaller_alpha_is_more_heterogeneous():
     data = rows(n_per_topic=400)
-    skews = {a: sum(_skew(dirichlet_split(data, 4, 200, a, 100, 100, seed=s)) for s in range(5)) / 5
-             for a in (0.1, 0.3, 100.0)}
+    skews = {
+        a: sum(_skew(dirichlet_split(data, 4, 200, a, 100, 100, seed=s)) for s in range(5)) / 5
+        for a in (0.1, 0.3, 100.0)
+    }
     assert skews[0.1] > skews[0.3] > skews[100.0]
     assert skews[100.0] < 0.35  # near-uniform over 5 topics (0.2 each)
     assert skews[0.1] > 0.6
@@ -78,5 +79,3 @@ def test_topic_histogram_counts():
     table = format_histogram(s)
     assert table.splitlines()[0].split() == ["set", "a", "b", "c", "d", "e", "total"]
     assert table.splitlines()[1].split()[-1] == "100"
-
-

@@ -27,8 +27,8 @@ def test_a_client_sees_every_private_prompt_once_before_any_repeats(participatio
     order = seen(f, seed=7, client=2, n_rows=n_rows, b=b, rounds=12)
     assert len(order) >= 3 * n_rows
     for epoch in range(len(order) // n_rows):
-        assert sorted(order[epoch * n_rows:(epoch + 1) * n_rows]) == list(range(n_rows))  # each row once per epoch
-    assert order[:n_rows] != order[n_rows:2 * n_rows]  # a fresh shuffle each epoch
+        assert sorted(order[epoch * n_rows : (epoch + 1) * n_rows]) == list(range(n_rows))  # each row once per epoch
+    assert order[:n_rows] != order[n_rows : 2 * n_rows]  # a fresh shuffle each epoch
     assert seen(f, 7, 3, n_rows, b, 12)[:n_rows] != order[:n_rows]  # and per client
 
 
@@ -42,7 +42,7 @@ def test_batches_follow_the_schedule_and_are_reproducible():
 
     took_part = [0 in participants(0, r, 2, 1) for r in range(1, 9)]
     assert 0 < sum(took_part) < 8
-    want = [2 * sum(took_part[:r - 1]) for r in range(1, 9)]
+    want = [2 * sum(took_part[: r - 1]) for r in range(1, 9)]
     assert [private_steps_before(f, 0, 0, r, 1) for r in range(1, 9)] == want
 
 

@@ -5,12 +5,12 @@ import json
 
 import pytest
 import torch
+from ray_helpers import ft_config, metrics, run_driver
 
 from jobs.train import train
 from pubswap.checkpoint import latest_checkpoint
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import read_adapter, squared_distance
-from ray_helpers import ft_config, metrics, run_driver
 
 DECENTRAL = ["federation.num_clients=4", "resources.num_actors=2", "federation.tau=2", "federation.topology=ring"]
 
@@ -48,14 +48,21 @@ def test_dsgd_lora_gossips_with_ring_neighbours_and_keeps_every_client_state(loc
     assert len(sampled) == 2 and all(0.0 <= p <= 1.0 for p in sampled.values())
 
 
-
 def test_chocosgd_with_the_identity_compressor_is_dsgd_through_the_actors(local_ray, digit_model_dir, tmp_path):
     """One local step and one gossip (later steps would sample from weights that differ by rounding, and
     sampling amplifies that): the actors' public copies, neighbour sets and messages reproduce DSGD."""
     one = [*DECENTRAL, "federation.rounds=1", "federation.tau=1"]
     train(ft_config(digit_model_dir, tmp_path / "dsgd", "federation.method=dsgd-lora", *one))
-    train(ft_config(digit_model_dir, tmp_path / "choco", "federation.method=chocosgd-lora", *one,
-                    "federation.choco_compressor=identity", "federation.choco_gamma=1.0"))
+    train(
+        ft_config(
+            digit_model_dir,
+            tmp_path / "choco",
+            "federation.method=chocosgd-lora",
+            *one,
+            "federation.choco_compressor=identity",
+            "federation.choco_gamma=1.0",
+        )
+    )
     _, d = states_of(tmp_path / "dsgd", 1)
     _, c = states_of(tmp_path / "choco", 1)
     assert any(not torch.equal(d["x"][0][k], d["x"][1][k]) for k in d["x"][0])  # they trained and mixed
@@ -88,9 +95,21 @@ def test_chocosgd_lora_client_killed_while_gossiping_is_restarted_bitwise(local_
 
 
 def test_one_round_of_128_logical_clients_on_a_ring(local_ray, digit_model_dir, tmp_path):
-    cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.method=dsgd-lora", "federation.num_clients=128",
-                    "resources.num_actors=2", "federation.rounds=1", "federation.tau=1", "federation.topology=ring",
-                    "data.per_client=4", "grpo.b=1", "grpo.K=2", "data.public_size=4", "data.test_size=4")
+    cfg = ft_config(
+        digit_model_dir,
+        tmp_path / "run",
+        "federation.method=dsgd-lora",
+        "federation.num_clients=128",
+        "resources.num_actors=2",
+        "federation.rounds=1",
+        "federation.tau=1",
+        "federation.topology=ring",
+        "data.per_client=4",
+        "grpo.b=1",
+        "grpo.K=2",
+        "data.public_size=4",
+        "data.test_size=4",
+    )
     train(cfg)
     (rec,) = metrics(cfg.run_dir)
     _, states = states_of(tmp_path / "run", 1)

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ray_helpers import ft_config, metrics, run_driver, run_processes, start_driver
 
 pytest.importorskip("vllm")
+
 
 def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir, tmp_path):
     before = run_processes()
@@ -28,8 +28,16 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
         assert any("VLLM::EngineCore" in c for c in started.values()), started
         # a second driver on the same run_dir (a resubmitted job, a colleague) waits the lease's ttl for the
         # owner to exit (here 4 s), then is refused: one line, exit 5 (run_dir busy)
-        second = run_driver(ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm", "federation.rounds=100",
-                                      "fault_tolerance.lease_ttl_s=4"), config_path=tmp_path / "second.yaml")
+        second = run_driver(
+            ft_config(
+                digit_model_dir,
+                tmp_path / "run",
+                "rollout.backend=vllm",
+                "federation.rounds=100",
+                "fault_tolerance.lease_ttl_s=4",
+            ),
+            config_path=tmp_path / "second.yaml",
+        )
         assert second.returncode == 5, second.stderr[-2000:]
         assert "waiting up to 4s" in second.stdout
         assert second.stderr.strip().splitlines() == [second.stderr.strip()]

@@ -19,7 +19,6 @@ import time
 
 import psutil
 import pytest
-
 from ray_helpers import final_sha, ft_config, metrics, run_driver, start_driver
 
 pytest.importorskip("vllm")
@@ -43,8 +42,11 @@ def kill_an_idle_engine(driver: subprocess.Popen) -> psutil.Process:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             fresh = [p for p in client_actors() if p.pid not in before]
-            if fresh and any("EngineCore" in c.name() for c in fresh[0].children(recursive=True)) \
-                    and fresh[0].cpu_percent(interval=2.0) < 3:
+            if (
+                fresh
+                and any("EngineCore" in c.name() for c in fresh[0].children(recursive=True))
+                and fresh[0].cpu_percent(interval=2.0) < 3
+            ):
                 return core
             time.sleep(0.5)
         raise AssertionError("the actor whose engine was killed did not come back")
@@ -84,7 +86,8 @@ def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_m
     assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 1, 1]
     assert final_sha(cfg.run_dir, rounds=3) == final_sha(tmp_path / "reference", rounds=3)
     deadline = time.monotonic() + 30
-    while (left := [p for p in [frozen, *engines, idle_core] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) \
-            and time.monotonic() < deadline:
+    while (
+        left := [p for p in [frozen, *engines, idle_core] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    ) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, f"still running: {left}"

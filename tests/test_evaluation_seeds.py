@@ -2,14 +2,16 @@
 depend on how many actors share the test set or which clients an actor hosts (normalized performance
 divides one run's pass@1 by another's, laid out differently)."""
 
+from ray_helpers import ft_config
+
 from actors.client import ClientCore
 from jobs.train import build_split
-from ray_helpers import ft_config
 
 
 def test_a_test_prompt_gets_the_same_responses_on_any_actor(digit_model_dir, tmp_path):
-    cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.num_clients=4", "eval_n=4",
-                    "grpo.val_temperature=1.0")
+    cfg = ft_config(
+        digit_model_dir, tmp_path / "run", "federation.num_clients=4", "eval_n=4", "grpo.val_temperature=1.0"
+    )
     split = build_split(cfg, str(digit_model_dir))
     test = split.test[:6]
     whole = ClientCore(cfg.to_dict(), {0: split.clients[0]}, str(digit_model_dir))

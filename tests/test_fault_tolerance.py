@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 import ray
+from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, start_driver, step_rewards, tb_scalars
 
 from jobs.train import train
 from pubswap.checkpoint import ResumeError
 from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import WEIGHTS_NAME, read_adapter
-from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, start_driver, step_rewards, tb_scalars
+
 
 def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, digit_model_dir, tmp_path):
     cfg = ft_config(digit_model_dir, tmp_path / "run")
@@ -49,8 +50,9 @@ def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, d
 
 
 @pytest.mark.heavy  # ~45 s
-def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_resumes(ft_reference,
-                                                                                      digit_model_dir, tmp_path):
+def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_resumes(
+    ft_reference, digit_model_dir, tmp_path
+):
     """From outside: after round 1 is committed, another node's driver takes the lease (as one would after
     judging this driver dead, e.g. across a network partition). This driver must stop at once without
     committing round 2; a resuming driver then waits the silent owner out, takes over, and finishes the
@@ -63,8 +65,9 @@ def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_re
             if line.startswith("round 1/2 done"):
                 break
         assert json.loads(lease_path.read_text())["pid"] == driver.pid
-        lease_path.write_text(json.dumps({"id": "x" * 32, "host": "node-b", "pid": 4242, "started": "now",
-                                          "beat": 0, "time": 0}))
+        lease_path.write_text(
+            json.dumps({"id": "x" * 32, "host": "node-b", "pid": 4242, "started": "now", "beat": 0, "time": 0})
+        )
         code = driver.wait(timeout=60)
     finally:
         if driver.poll() is None:
@@ -118,12 +121,18 @@ def ray_with_faults(tmp_path_factory):
     ray.shutdown()
 
 
-@pytest.mark.parametrize("client,step,phase,actors", [
-    (1, 1, "private_train", 0), pytest.param(0, 2, "public_answer", 0, marks=pytest.mark.heavy),
-    pytest.param(1, 0, "average", 0, marks=pytest.mark.heavy), (1, 2, "public_train", 1)])
-def test_client_killed_mid_round_is_restarted_and_the_round_redone(ft_reference, digit_model_dir, tmp_path,
-                                                                   ray_with_faults, client, step, phase, actors,
-                                                                   capsys):
+@pytest.mark.parametrize(
+    "client,step,phase,actors",
+    [
+        (1, 1, "private_train", 0),
+        pytest.param(0, 2, "public_answer", 0, marks=pytest.mark.heavy),
+        pytest.param(1, 0, "average", 0, marks=pytest.mark.heavy),
+        (1, 2, "public_train", 1),
+    ],
+)
+def test_client_killed_mid_round_is_restarted_and_the_round_redone(
+    ft_reference, digit_model_dir, tmp_path, ray_with_faults, client, step, phase, actors, capsys
+):
     """actors=1: both clients on one actor, which the fault kills (the reference has one actor each; with
     two clients the local sum and the allreduce add the same two terms, so the result is still bitwise)."""
     fault = ray_with_faults

@@ -3,19 +3,20 @@
 import pytest
 import ray
 import torch
+from ray_helpers import RAY_ENV, tiny_config
 
 from jobs.federation import Federation
 from jobs.train import build_split
 from pubswap.lora import squared_distance
-from ray_helpers import RAY_ENV, tiny_config
 
 
 @pytest.fixture(scope="module")
 def federation(tiny_model_dir, tmp_path_factory):
     ray.init(num_cpus=2, include_dashboard=False, runtime_env=RAY_ENV)
     run_dir = tmp_path_factory.mktemp("fed")
-    cfg = tiny_config(tiny_model_dir, run_dir, "federation.num_clients=3", "federation.weighting=samples",
-                      "data.per_client=10")
+    cfg = tiny_config(
+        tiny_model_dir, run_dir, "federation.num_clients=3", "federation.weighting=samples", "data.per_client=10"
+    )
     split = build_split(cfg, str(tiny_model_dir))
     fed = Federation(cfg, split, str(tiny_model_dir), str(run_dir))
     yield fed, split

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from ray_helpers import ft_config, metrics, run_driver
 from safetensors.torch import load_file
 
 from jobs.train import train
@@ -15,7 +16,6 @@ from pubswap.faults import ENV as FAULT_ENV
 from pubswap.full_model import WEIGHTS_NAME
 from pubswap.gossip import SeedMessage, apply_messages
 from pubswap.seeding import derive_seed
-from ray_helpers import ft_config, metrics, run_driver
 
 RING4 = ["federation.num_clients=4", "resources.num_actors=2", "federation.topology=ring"]
 
@@ -28,8 +28,15 @@ def base_weights(model_dir):
 
 
 def test_full_parameter_dsgd_gossips_every_weight(local_ray, digit_model_dir, tmp_path):
-    cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.method=dsgd", *RING4, "federation.rounds=1",
-                    "federation.tau=2", "grpo.lr=1e-2")
+    cfg = ft_config(
+        digit_model_dir,
+        tmp_path / "run",
+        "federation.method=dsgd",
+        *RING4,
+        "federation.rounds=1",
+        "federation.tau=2",
+        "grpo.lr=1e-2",
+    )
     train(cfg)
     (rec,) = metrics(tmp_path / "run")
     ck = latest_checkpoint(tmp_path / "run" / "checkpoints")
@@ -57,8 +64,16 @@ def test_full_parameter_dsgd_gossips_every_weight(local_ray, digit_model_dir, tm
 
 
 def test_seedflood_clients_rebuild_identical_weights_from_seeds(local_ray, digit_model_dir, tmp_path):
-    cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.method=seedflood", *RING4, "federation.rounds=1",
-                    "federation.tau=2", "federation.zo_lr=1e-2", "federation.zo_eps=1e-2")
+    cfg = ft_config(
+        digit_model_dir,
+        tmp_path / "run",
+        "federation.method=seedflood",
+        *RING4,
+        "federation.rounds=1",
+        "federation.tau=2",
+        "federation.zo_lr=1e-2",
+        "federation.zo_eps=1e-2",
+    )
     train(cfg)
     (rec,) = metrics(tmp_path / "run")
     ck = latest_checkpoint(tmp_path / "run" / "checkpoints")
@@ -75,8 +90,15 @@ def test_seedflood_clients_rebuild_identical_weights_from_seeds(local_ray, digit
     assert any(v != 0.0 for v in scalars.values())
     x = base_weights(digit_model_dir)
     for step in (1, 2):
-        msgs = [SeedMessage(step, c, derive_seed(cfg.seed, "seedflood", 1, step, c),
-                            float(torch.tensor(scalars[(step, c)], dtype=torch.float32))) for c in range(4)]
+        msgs = [
+            SeedMessage(
+                step,
+                c,
+                derive_seed(cfg.seed, "seedflood", 1, step, c),
+                float(torch.tensor(scalars[(step, c)], dtype=torch.float32)),
+            )
+            for c in range(4)
+        ]
         x = apply_messages(x, msgs)
     saved = ck.adapter()
     assert all(torch.equal(saved[k], x[k]) for k in x)
@@ -91,13 +113,17 @@ def test_full_parameter_methods_need_the_hf_backend(digit_model_dir, tmp_path):
 # drills run in `make test-heavy`, and SeedFlood's resume in CI below.
 @pytest.mark.heavy
 @pytest.mark.parametrize("method", ["chocosgd", "seedflood"])
-def test_full_parameter_restart_and_resume_are_bitwise(local_ray, digit_model_dir, tmp_path,
-                                                                          method):
+def test_full_parameter_restart_and_resume_are_bitwise(local_ray, digit_model_dir, tmp_path, method):
     """A client actor SIGKILLs itself in round 2's gossip (CHOCO's messages, SeedFlood's flood): the
     round is redone from the checkpointed states and every weight ends bitwise equal to a clean run;
     so does a run resumed after round 1."""
-    args = [f"federation.method={method}", *RING4, "federation.tau=2", "federation.zo_lr=1e-2",
-            "federation.zo_eps=1e-2"]
+    args = [
+        f"federation.method={method}",
+        *RING4,
+        "federation.tau=2",
+        "federation.zo_lr=1e-2",
+        "federation.zo_eps=1e-2",
+    ]
     train(ft_config(digit_model_dir, tmp_path / "ref", *args))
     cfg = ft_config(digit_model_dir, tmp_path / "run", *args)
     fault = tmp_path / "fault.json"
@@ -120,7 +146,13 @@ def test_full_parameter_restart_and_resume_are_bitwise(local_ray, digit_model_di
 
 
 def test_seedflood_resumed_after_round_one_ends_where_a_clean_run_does(local_ray, digit_model_dir, tmp_path):
-    args = ["federation.method=seedflood", *RING4, "federation.tau=2", "federation.zo_lr=1e-2", "federation.zo_eps=1e-2"]
+    args = [
+        "federation.method=seedflood",
+        *RING4,
+        "federation.tau=2",
+        "federation.zo_lr=1e-2",
+        "federation.zo_eps=1e-2",
+    ]
     train(ft_config(digit_model_dir, tmp_path / "ref", *args))
     train(ft_config(digit_model_dir, tmp_path / "resumed", *args, "federation.rounds=1"))
     train(ft_config(digit_model_dir, tmp_path / "resumed", *args))

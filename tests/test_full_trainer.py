@@ -21,8 +21,10 @@ def test_full_parameter_step_trains_every_weight_against_a_frozen_base(tiny_mode
         metrics = t.step([GOOD, BAD])
     after = t.adapter()
     assert set(after) == {n for n, _ in t.model.named_parameters()}  # every weight, no LoRA tensor
-    assert all(not torch.equal(start[k], after[k]) for k in ("model.embed_tokens.weight",
-                                                              "model.layers.0.mlp.down_proj.weight"))
+    assert all(
+        not torch.equal(start[k], after[k])
+        for k in ("model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight")
+    )
     good, bad = (lp.sum().item() for lp in t.response_logprobs([GOOD, BAD]))
     assert good > base_good
     assert metrics["kl"] > 0

@@ -11,7 +11,7 @@ import pytest
 from actors.collective import CollectiveSetupError, check_backend_deps, choose_backend, tensor_device
 from placement.groups import NodeType, never_fits, waiting_line
 from pubswap.config import load_config
-from pubswap.gpu_budget import (GIB, GpuBudgetError, engine_need, model_shape, plan, split_gpu, trainer_need)
+from pubswap.gpu_budget import GIB, GpuBudgetError, engine_need, model_shape, plan, split_gpu, trainer_need
 
 REPO = Path(__file__).resolve().parents[1]
 QWEN3_17B = REPO / "configs" / "models" / "qwen3-1.7b.json"
@@ -57,8 +57,10 @@ def test_a_split_that_cannot_fit_fails_with_the_numbers(qwen3):
         plan(cfg, qwen3, 80 * GIB, 0.25, 1, card_name="H100")  # four actors per card
     msg = str(e.value)
     assert "\n" not in msg
-    assert msg.startswith("GPU budget: a client actor gets 0.25 of a 80.0 GiB H100 = 20.0 GiB; the trainer has 10.0 "
-                          "GiB (the rest after the engine's 0.5 (rollout.gpu_memory_utilization)) but needs ~11.4 GiB")
+    assert msg.startswith(
+        "GPU budget: a client actor gets 0.25 of a 80.0 GiB H100 = 20.0 GiB; the trainer has 10.0 "
+        "GiB (the rest after the engine's 0.5 (rollout.gpu_memory_utilization)) but needs ~11.4 GiB"
+    )
     assert "activations 4.3" in msg and "lower grpo.micro_batch_tokens" in msg
     # the same request fits once the engine sleeps while the trainer runs
     cfg.rollout.sleep_mode = True
@@ -97,8 +99,9 @@ def test_placement_rules_out_only_what_no_node_type_can_ever_hold():
     gpu = [{"CPU": 1.0, "GPU": 1.0}] * 4
     assert never_fits(gpu, [HEAD, GPU_WORKER], "PACK") is None  # a cold autoscaler: 0 GPU nodes now, 16 later
     assert never_fits(gpu, None, "PACK") is None  # node types unknown: wait
-    assert "no node type can hold a bundle {'CPU': 1.0, 'GPU': 2.0}" in never_fits([{"CPU": 1.0, "GPU": 2.0}],
-                                                                                  [HEAD, GPU_WORKER], "PACK")
+    assert "no node type can hold a bundle {'CPU': 1.0, 'GPU': 2.0}" in never_fits(
+        [{"CPU": 1.0, "GPU": 2.0}], [HEAD, GPU_WORKER], "PACK"
+    )
     assert "hold at most 16" in never_fits([{"CPU": 1.0, "GPU": 1.0}] * 17, [HEAD, GPU_WORKER], "SPREAD")
     assert never_fits([{"CPU": 1.0, "GPU": 0.5}] * 32, [GPU_WORKER], "PACK") is None  # two actors per card
     assert "STRICT_PACK" in never_fits(gpu, [GPU_WORKER], "STRICT_PACK")
@@ -107,9 +110,11 @@ def test_placement_rules_out_only_what_no_node_type_can_ever_hold():
 
 def test_waiting_line_names_the_bundles_and_why():
     line = waiting_line([{"CPU": 8.0, "GPU": 1.0}] * 4, "PACK", 60, 1800, {"CPU": 8.0}, {"CPU": 8.0}, True)
-    assert line == ("placement: waiting 60s of 1800s for 4 client bundles {'CPU': 8.0, 'GPU': 1.0} (PACK): need "
-                    "{'CPU': 32.0, 'GPU': 4.0}, cluster has {'CPU': 8.0, 'GPU': 0.0} ({'CPU': 8.0, 'GPU': 0.0} free); "
-                    "the autoscaler is adding nodes (a cold GPU node boots and installs its packages first: minutes)")
+    assert line == (
+        "placement: waiting 60s of 1800s for 4 client bundles {'CPU': 8.0, 'GPU': 1.0} (PACK): need "
+        "{'CPU': 32.0, 'GPU': 4.0}, cluster has {'CPU': 8.0, 'GPU': 0.0} ({'CPU': 8.0, 'GPU': 0.0} free); "
+        "the autoscaler is adding nodes (a cold GPU node boots and installs its packages first: minutes)"
+    )
 
 
 def test_engine_adapters_live_in_node_local_storage_and_dead_owners_are_cleaned(tmp_path):
@@ -140,9 +145,22 @@ def fake_gpu_head():
 
     temp_dir = tempfile.mkdtemp(prefix="rg", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    subprocess.run([ray_cli(), "start", "--head", "--port=6392", "--num-cpus=2", "--num-gpus=1",
-                    "--include-dashboard=false", f"--temp-dir={temp_dir}"], check=True, capture_output=True, env=env,
-                   timeout=180)
+    subprocess.run(
+        [
+            ray_cli(),
+            "start",
+            "--head",
+            "--port=6392",
+            "--num-cpus=2",
+            "--num-gpus=1",
+            "--include-dashboard=false",
+            f"--temp-dir={temp_dir}",
+        ],
+        check=True,
+        capture_output=True,
+        env=env,
+        timeout=180,
+    )
     try:
         yield "127.0.0.1:6392"
     finally:
@@ -150,24 +168,53 @@ def fake_gpu_head():
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-@pytest.mark.parametrize("backend,gpus,actors,expected", [
-    ("nccl", 1, 1, "cannot start: resources.collective_backend=nccl needs cupy on every GPU node"),
-    # NCCL refuses two ranks on one device, but only at the first allreduce: refused before anything starts
-    ("nccl", 0.5, 0, "config error: resources.collective_backend: nccl cannot place two ranks on one GPU"),
-    ("gloo", 0.5, 0, "cannot start: resources.gpus_per_client=0.5, but torch on node"),
-])
-def test_a_gpu_run_that_cannot_start_says_why_in_one_line(fake_gpu_head, tiny_model_dir, tmp_path, backend, gpus,
-                                                          actors, expected):
+@pytest.mark.parametrize(
+    "backend,gpus,actors,expected",
+    [
+        ("nccl", 1, 1, "cannot start: resources.collective_backend=nccl needs cupy on every GPU node"),
+        # NCCL refuses two ranks on one device, but only at the first allreduce: refused before anything starts
+        ("nccl", 0.5, 0, "config error: resources.collective_backend: nccl cannot place two ranks on one GPU"),
+        ("gloo", 0.5, 0, "cannot start: resources.gpus_per_client=0.5, but torch on node"),
+    ],
+)
+def test_a_gpu_run_that_cannot_start_says_why_in_one_line(
+    fake_gpu_head, tiny_model_dir, tmp_path, backend, gpus, actors, expected
+):
     run_dir = tmp_path / "run"
     env = {**os.environ, "RAY_ADDRESS": fake_gpu_head, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "jobs.train", f"model.path={tiny_model_dir}", "model.dtype=float32",
-         "model.max_prompt_len=256", "model.max_response_len=4", "lora.r=8", "lora.alpha=16", "grpo.K=2", "grpo.b=1",
-         "federation.num_clients=2", "federation.rounds=1", "federation.tau=3", "data.tasks=[chain_sum]",
-         "data.per_client=4", "data.public_size=2", "data.test_size=2", "rollout.backend=hf",
-         f"resources.gpus_per_client={gpus}", f"resources.num_actors={actors}", "resources.cpus_per_client=0.5",
-         f"resources.collective_backend={backend}", f"run_dir={run_dir}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "jobs.train",
+            f"model.path={tiny_model_dir}",
+            "model.dtype=float32",
+            "model.max_prompt_len=256",
+            "model.max_response_len=4",
+            "lora.r=8",
+            "lora.alpha=16",
+            "grpo.K=2",
+            "grpo.b=1",
+            "federation.num_clients=2",
+            "federation.rounds=1",
+            "federation.tau=3",
+            "data.tasks=[chain_sum]",
+            "data.per_client=4",
+            "data.public_size=2",
+            "data.test_size=2",
+            "rollout.backend=hf",
+            f"resources.gpus_per_client={gpus}",
+            f"resources.num_actors={actors}",
+            "resources.cpus_per_client=0.5",
+            f"resources.collective_backend={backend}",
+            f"run_dir={run_dir}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith(("cannot start", "config error"))]
     assert len(errors) == 1 and errors[0].startswith(expected), proc.stderr[-2000:]

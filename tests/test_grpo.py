@@ -5,8 +5,15 @@ import math
 import pytest
 import torch
 
-from pubswap.grpo import (clipped_surrogate, group_advantages, grpo_loss, kl_k3, token_mean, truncated_is_weights,
-                          zero_advantage_fraction)
+from pubswap.grpo import (
+    clipped_surrogate,
+    group_advantages,
+    grpo_loss,
+    kl_k3,
+    token_mean,
+    truncated_is_weights,
+    zero_advantage_fraction,
+)
 
 
 def test_group_advantages_hand_computed():
@@ -78,11 +85,14 @@ def test_log_ratio_clamp_keeps_loss_finite():
     assert torch.isfinite(loss).all() and loss.item() == pytest.approx(math.exp(20.0), rel=1e-5)
 
 
-@pytest.mark.parametrize("adv, ratio, expected_loss, expected_grad", [
-    (-2.0, 5.0, 6.0, 0.0),  # A < 0, ratio 5 > clip_ratio_c: the loss is capped at -A * 3, no gradient
-    (-2.0, 2.0, 4.0, 4.0),  # A < 0, ratio 2 < 3: the ordinary clipped loss -A * ratio
-    (2.0, 5.0, -2.5, 0.0),  # A > 0: dual-clip does not apply (the clip-higher bound 1.25 does)
-])
+@pytest.mark.parametrize(
+    "adv, ratio, expected_loss, expected_grad",
+    [
+        (-2.0, 5.0, 6.0, 0.0),  # A < 0, ratio 5 > clip_ratio_c: the loss is capped at -A * 3, no gradient
+        (-2.0, 2.0, 4.0, 4.0),  # A < 0, ratio 2 < 3: the ordinary clipped loss -A * ratio
+        (2.0, 5.0, -2.5, 0.0),  # A > 0: dual-clip does not apply (the clip-higher bound 1.25 does)
+    ],
+)
 def test_dual_clip_bounds_negative_advantage_loss(adv, ratio, expected_loss, expected_grad):
     old = torch.tensor([[math.log(0.1)]])
     logp = (old + math.log(ratio)).clone().requires_grad_(True)
@@ -100,7 +110,9 @@ def test_kl_k3_is_clamped_as_verl_does():
     logp = torch.tensor([[0.0, 0.0, 0.0]])
     ref = torch.tensor([[-10.5, -30.0, 15.0]])
     kl = kl_k3(logp, ref)
-    assert kl[0, 0].item() == pytest.approx(math.exp(-10.5) + 10.5 - 1, rel=1e-6)  # 9.50003 (a [-10, 10] d-clamp gave 9.00005)
+    assert kl[0, 0].item() == pytest.approx(
+        math.exp(-10.5) + 10.5 - 1, rel=1e-6
+    )  # 9.50003 (a [-10, 10] d-clamp gave 9.00005)
     assert kl[0, 1].item() == pytest.approx(10.0)
     assert kl[0, 2].item() == pytest.approx(10.0)
 
@@ -111,8 +123,9 @@ def test_truncated_is_weights():
     w = truncated_is_weights(old, behaviour, cap=2.0)
     assert w.tolist() == pytest.approx([1.0, 0.5, 2.0], rel=1e-6)  # 0.9 / 0.1 = 9 is truncated at 2
     logp = torch.zeros(1, 3, requires_grad=True)
-    out = grpo_loss(logp, torch.zeros(1, 3), None, torch.tensor([1.0]), torch.ones(1, 3), kl_coef=0.0,
-                    is_weights=w[None])
+    out = grpo_loss(
+        logp, torch.zeros(1, 3), None, torch.tensor([1.0]), torch.ones(1, 3), kl_coef=0.0, is_weights=w[None]
+    )
     out.loss.backward()
     assert logp.grad[0].tolist() == pytest.approx((-w / 3).tolist(), rel=1e-6)  # each token's gradient is weighted
 

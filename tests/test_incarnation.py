@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ray_helpers import cmdline, final_sha, ft_config, metrics, process_tree, start_driver
 
 from pubswap.participation import participants
-from ray_helpers import cmdline, final_sha, ft_config, metrics, process_tree, start_driver
 
 METHODS = {
     "fedit": ("federation.method=fedavg-grpo", "federation.clients_per_round=1"),
@@ -87,7 +87,9 @@ def test_actors_restarted_between_calls_are_recovered_bitwise(method, ft_referen
     cfg = ft_config(digit_model_dir, tmp_path / "run", *METHODS[method])
     proc = start_driver(cfg)
     out, idle_killed, committed = [], False, []
-    watcher = threading.Thread(target=on_commit, args=(proc.pid, Path(cfg.run_dir) / "checkpoints", committed), daemon=True)
+    watcher = threading.Thread(
+        target=on_commit, args=(proc.pid, Path(cfg.run_dir) / "checkpoints", committed), daemon=True
+    )
     try:
         for line in proc.stdout:
             out.append(line)

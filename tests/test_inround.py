@@ -12,9 +12,9 @@ import json
 import shutil
 
 import torch
+from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_driver
 
 from pubswap import step_checkpoint
-from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_driver
 
 
 def test_a_kill_after_step_2_of_3_resumes_at_step_3_bitwise(ft_reference, digit_model_dir, tmp_path):
@@ -33,7 +33,9 @@ def test_a_kill_after_step_2_of_3_resumes_at_step_3_bitwise(ft_reference, digit_
     ref = metrics(ft_reference)[1]["steps"]
     got = metrics(cfg.run_dir)[1]["steps"]
     assert [s["step"] for s in got] == [1, 2, 3]
-    assert [[c["reward_mean"] for c in s["clients"]] for s in got] == [[c["reward_mean"] for c in s["clients"]] for s in ref]
+    assert [[c["reward_mean"] for c in s["clients"]] for s in got] == [
+        [c["reward_mean"] for c in s["clients"]] for s in ref
+    ]
     assert not (tmp_path / "run" / "checkpoints" / step_checkpoint.DIR_NAME).exists()  # removed with round 2's commit
 
 
@@ -43,8 +45,11 @@ def test_a_driver_that_died_evaluating_redoes_only_the_evaluation(ft_reference, 
     # what a driver SIGKILLed during round 2's evaluation leaves: round 2 committed unevaluated, no metrics line
     state_path = run_dir / "checkpoints" / "round_0002" / "state.json"
     state = json.loads(state_path.read_text())
-    record = {k: v for k, v in state["record"].items() if k not in ("pass@1", "pass@1_se", "eval_prompts", "eval_n",
-                                                                     "format_rate", "time")}
+    record = {
+        k: v
+        for k, v in state["record"].items()
+        if k not in ("pass@1", "pass@1_se", "eval_prompts", "eval_n", "format_rate", "time")
+    }
     state_path.write_text(json.dumps({**state, "record": record, "evaluated": False}))
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     (run_dir / "metrics.jsonl").write_text(lines[0] + "\n")
@@ -66,10 +71,15 @@ def test_adamw_state_survives_the_checkpoint_bitwise(tmp_path):
     opt = torch.optim.AdamW([w], lr=1e-2, weight_decay=0.01)
     for _ in range(3):
         opt.zero_grad()
-        (w ** 3).sum().backward()
+        (w**3).sum().backward()
         opt.step()
-    step_checkpoint.save(tmp_path, 1, 2, [{"step": 1}], {5: {"adapter": {"w": w.detach().clone()},
-                                                             "opt": step_checkpoint.optimizer_state(opt)}})
+    step_checkpoint.save(
+        tmp_path,
+        1,
+        2,
+        [{"step": 1}],
+        {5: {"adapter": {"w": w.detach().clone()}, "opt": step_checkpoint.optimizer_state(opt)}},
+    )
     saved = step_checkpoint.load(tmp_path, 1)
     assert saved.step == 2 and saved.steps == [{"step": 1}] and step_checkpoint.load(tmp_path, 2) is None
     w2 = torch.nn.Parameter(saved.states[5]["adapter"]["w"].clone())
@@ -77,7 +87,7 @@ def test_adamw_state_survives_the_checkpoint_bitwise(tmp_path):
     step_checkpoint.load_optimizer_state(opt2, saved.states[5]["opt"])
     for p, o in ((w, opt), (w2, opt2)):
         o.zero_grad()
-        (p ** 3).sum().backward()
+        (p**3).sum().backward()
         o.step()
     assert torch.equal(w, w2)
     # a damaged tensor file is never used

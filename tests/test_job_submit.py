@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from ray_helpers import REPO, ft_config, metrics, ray_cli, run_processes, tiny_config, write_config
 from test_multinode import ppid
 
@@ -21,9 +20,24 @@ def test_ray_job_submit_runs_the_driver(ray_head, tiny_model_dir, tmp_path):
     # the head runs with Ray's token auth; the CLI sends ~/.ray/auth_token only in token mode
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "RAY_AUTH_MODE": "token"}
     proc = subprocess.run(
-        [ray_cli(), "job", "submit", f"--address={ray_head}", f"--working-dir={REPO}", "--",
-         sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))],
-        capture_output=True, text=True, env=env, timeout=900, cwd=REPO,
+        [
+            ray_cli(),
+            "job",
+            "submit",
+            f"--address={ray_head}",
+            f"--working-dir={REPO}",
+            "--",
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            str(write_config(cfg)),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+        cwd=REPO,
     )
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     assert "succeeded" in proc.stdout.lower()
@@ -39,16 +53,39 @@ def _job_env() -> dict:
 
 def _submit(address: str, config) -> str:
     """`ray job submit --no-wait`; the job's id."""
-    proc = subprocess.run([ray_cli(), "job", "submit", f"--address={address}", f"--working-dir={REPO}", "--no-wait",
-                           "--", sys.executable, "-m", "jobs.train", "--config", str(config)],
-                          capture_output=True, text=True, env=_job_env(), timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [
+            ray_cli(),
+            "job",
+            "submit",
+            f"--address={address}",
+            f"--working-dir={REPO}",
+            "--no-wait",
+            "--",
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        env=_job_env(),
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return re.search(r"raysubmit_\w+", proc.stdout + proc.stderr).group(0)
 
 
 def _job_status(address: str, job_id: str) -> str:
-    proc = subprocess.run([ray_cli(), "job", "status", f"--address={address}", job_id], capture_output=True,
-                          text=True, env=_job_env(), timeout=60)
+    proc = subprocess.run(
+        [ray_cli(), "job", "status", f"--address={address}", job_id],
+        capture_output=True,
+        text=True,
+        env=_job_env(),
+        timeout=60,
+    )
     # e.g. "Job 'raysubmit_..' failed", "Job 'raysubmit_..' was stopped"
     found = re.search(r"Job '\w+' ([a-z ]+)", re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr))
     assert found, (proc.stdout[:1000], proc.stderr[:1000])
@@ -122,8 +159,13 @@ def test_a_stopped_or_failed_job_leaves_nothing_running(ray_head, digit_model_di
     driver = _driver_of(config)
     _wait_rounds(run_dir, done + 1)
     ours = {p for p, c in run_processes().items() if "ray::ClientActor" in c or "ray::ServerActor" in c}
-    stop = subprocess.run([ray_cli(), "job", "stop", f"--address={ray_head}", job], capture_output=True, text=True,
-                          env=_job_env(), timeout=120)
+    stop = subprocess.run(
+        [ray_cli(), "job", "stop", f"--address={ray_head}", job],
+        capture_output=True,
+        text=True,
+        env=_job_env(),
+        timeout=120,
+    )
     assert stop.returncode == 0, stop.stderr[-2000:]
     assert not _run_processes_gone_within(ours | {driver}, 30)
     assert _job_status(ray_head, job) == "was stopped"

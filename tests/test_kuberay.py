@@ -20,20 +20,84 @@ RAYJOB = yaml.safe_load((REPO / "kuberay" / "rayjob.yaml").read_text())
 
 # Read from KubeRay's CRDs (ray-operator/config/crd/bases, API ray.io/v1, 2026-08): the fields each
 # object may have and those it must have. An unknown field is dropped by the API server's pruning.
-CLUSTER_SPEC_FIELDS = {"authOptions", "autoscalerOptions", "enableInTreeAutoscaling", "gcsFaultToleranceOptions",
-                       "headGroupSpec", "headServiceAnnotations", "historyServerOptions", "managedBy",
-                       "networkPolicy", "rayVersion", "suspend", "tlsOptions", "upgradeStrategy", "workerGroupSpecs"}
-HEAD_FIELDS = {"enableIngress", "headService", "ingressOptions", "labels", "rayStartParams", "resources",
-               "serviceType", "template"}
-WORKER_FIELDS = {"groupName", "idleTimeoutSeconds", "labels", "maxReplicas", "minReplicas", "numOfHosts", "priority",
-                 "rayStartParams", "replicas", "resources", "scaleStrategy", "suspend", "template"}
+CLUSTER_SPEC_FIELDS = {
+    "authOptions",
+    "autoscalerOptions",
+    "enableInTreeAutoscaling",
+    "gcsFaultToleranceOptions",
+    "headGroupSpec",
+    "headServiceAnnotations",
+    "historyServerOptions",
+    "managedBy",
+    "networkPolicy",
+    "rayVersion",
+    "suspend",
+    "tlsOptions",
+    "upgradeStrategy",
+    "workerGroupSpecs",
+}
+HEAD_FIELDS = {
+    "enableIngress",
+    "headService",
+    "ingressOptions",
+    "labels",
+    "rayStartParams",
+    "resources",
+    "serviceType",
+    "template",
+}
+WORKER_FIELDS = {
+    "groupName",
+    "idleTimeoutSeconds",
+    "labels",
+    "maxReplicas",
+    "minReplicas",
+    "numOfHosts",
+    "priority",
+    "rayStartParams",
+    "replicas",
+    "resources",
+    "scaleStrategy",
+    "suspend",
+    "template",
+}
 WORKER_REQUIRED = {"groupName", "maxReplicas", "minReplicas", "template"}
-AUTOSCALER_FIELDS = {"args", "command", "env", "envFrom", "idleTimeoutSeconds", "image", "imagePullPolicy",
-                     "resources", "securityContext", "upscalingMode", "version", "volumeMounts"}
-JOB_SPEC_FIELDS = {"activeDeadlineSeconds", "backoffLimit", "clusterSelector", "deletionStrategy", "entrypoint",
-                   "entrypointNumCpus", "entrypointNumGpus", "entrypointResources", "jobId", "managedBy", "metadata",
-                   "preRunningDeadlineSeconds", "rayClusterSpec", "runtimeEnvYAML", "shutdownAfterJobFinishes",
-                   "submissionMode", "submitterConfig", "submitterPodTemplate", "suspend", "ttlSecondsAfterFinished"}
+AUTOSCALER_FIELDS = {
+    "args",
+    "command",
+    "env",
+    "envFrom",
+    "idleTimeoutSeconds",
+    "image",
+    "imagePullPolicy",
+    "resources",
+    "securityContext",
+    "upscalingMode",
+    "version",
+    "volumeMounts",
+}
+JOB_SPEC_FIELDS = {
+    "activeDeadlineSeconds",
+    "backoffLimit",
+    "clusterSelector",
+    "deletionStrategy",
+    "entrypoint",
+    "entrypointNumCpus",
+    "entrypointNumGpus",
+    "entrypointResources",
+    "jobId",
+    "managedBy",
+    "metadata",
+    "preRunningDeadlineSeconds",
+    "rayClusterSpec",
+    "runtimeEnvYAML",
+    "shutdownAfterJobFinishes",
+    "submissionMode",
+    "submitterConfig",
+    "submitterPodTemplate",
+    "suspend",
+    "ttlSecondsAfterFinished",
+}
 
 
 def containers(spec: dict) -> list[dict]:

@@ -3,8 +3,8 @@
 from collections import Counter
 
 import pytest
-
 from dataset_fixtures import deepmath_records, math_records, medmcqa_records, medqa_records, write
+
 from pubswap.config import ConfigError, load_config
 from pubswap.data import dirichlet_split
 from pubswap.data.deepmath import deepmath_rows, topic_area
@@ -15,12 +15,18 @@ from pubswap.data.sources import load_source
 from pubswap.rewards import choice_reward, last_boxed, math_reward
 
 
-@pytest.mark.parametrize("solution,answer", [
-    ("so $\\boxed{\\dfrac{\\sqrt{3}}{2}}$.", "\\dfrac{\\sqrt{3}}{2}"),  # nested braces, any depth
-    ("$\\boxed{1}$ or rather $\\boxed{2}$", "2"),  # the last one
-    ("\\fbox{7}", "7"),
-    ("no box", None), ("\\boxed{\\frac{1}{2", None), ("\\boxed{ }", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "solution,answer",
+    [
+        ("so $\\boxed{\\dfrac{\\sqrt{3}}{2}}$.", "\\dfrac{\\sqrt{3}}{2}"),  # nested braces, any depth
+        ("$\\boxed{1}$ or rather $\\boxed{2}$", "2"),  # the last one
+        ("\\fbox{7}", "7"),
+        ("no box", None),
+        ("\\boxed{\\frac{1}{2", None),
+        ("\\boxed{ }", None),
+        (None, None),
+    ],
+)
 def test_last_boxed(solution, answer):
     assert last_boxed(solution) == answer
 
@@ -31,9 +37,18 @@ def test_math_loader_maps_subjects_and_counts_bad_rows(tmp_path, fmt):
     rows, report = math_rows(load_records(str(write(records, tmp_path / f"math.{fmt}"))))
     assert len(rows) == report.kept == valid
     assert dict(report.rejected) == bad
-    assert Counter(r.topic for r in rows) == {t: 12 for t in ["Algebra", "Counting & Probability", "Geometry",
-                                                              "Intermediate Algebra", "Number Theory", "Prealgebra",
-                                                              "Precalculus"]}
+    assert Counter(r.topic for r in rows) == {
+        t: 12
+        for t in [
+            "Algebra",
+            "Counting & Probability",
+            "Geometry",
+            "Intermediate Algebra",
+            "Number Theory",
+            "Prealgebra",
+            "Precalculus",
+        ]
+    }
     first = rows[0]
     assert first.prompt.startswith("[Algebra #0] Compute") and first.prompt.endswith("within \\boxed{}.")
     assert first.answer == "\\dfrac{\\sqrt{1}}{1}"
@@ -71,9 +86,20 @@ def test_medical_loaders_give_letters_and_subjects(tmp_path):
 def test_sources_from_config_and_a_paper_shaped_split(tmp_path, capsys):
     records, _, _ = deepmath_records()
     path = write(records, tmp_path / "dm.jsonl")
-    cfg = load_config(None, [f"model.path={tmp_path}", "data.source=deepmath", f"data.paths=[{path}]",
-                             "data.subsample=120", "data.per_client=20", "data.public_size=20", "data.test_size=20",
-                             "data.dirichlet_alpha=0.1", "data.reward=math"])
+    cfg = load_config(
+        None,
+        [
+            f"model.path={tmp_path}",
+            "data.source=deepmath",
+            f"data.paths=[{path}]",
+            "data.subsample=120",
+            "data.per_client=20",
+            "data.public_size=20",
+            "data.test_size=20",
+            "data.dirichlet_alpha=0.1",
+            "data.reward=math",
+        ],
+    )
     rows, report = load_source(cfg.data, 0, cfg.seed)
     assert len(rows) == 120 and report.total_rejected == 3
     split = dirichlet_split(rows, 4, 20, 0.1, 20, 20, cfg.seed)

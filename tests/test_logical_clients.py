@@ -10,15 +10,24 @@ import time
 import pytest
 import ray
 import torch
+from ray_helpers import tiny_config
 
 from jobs.federation import Federation
 from jobs.train import build_split, run_round
 from pubswap.lora import flatten
 from pubswap.participation import participants
-from ray_helpers import tiny_config
 
-SMALL = ["federation.rounds=1", "federation.tau=3", "grpo.b=1", "grpo.K=4", "model.max_response_len=1",
-         "data.per_client=6", "data.public_size=8", "data.test_size=8", "resources.cpus_per_client=0.5"]
+SMALL = [
+    "federation.rounds=1",
+    "federation.tau=3",
+    "grpo.b=1",
+    "grpo.K=4",
+    "model.max_response_len=1",
+    "data.per_client=6",
+    "data.public_size=8",
+    "data.test_size=8",
+    "resources.cpus_per_client=0.5",
+]
 
 
 def one_round(cfg, model_dir, run_dir):
@@ -36,8 +45,17 @@ def one_round(cfg, model_dir, run_dir):
 
 
 def test_sixteen_clients_on_four_actors_with_partial_participation(local_ray, digit_model_dir, tmp_path):
-    cfg = tiny_config(digit_model_dir, tmp_path, *SMALL, "federation.num_clients=16", "resources.num_actors=4",
-                      "federation.clients_per_round=10", "federation.weighting=samples", "grpo.K=8", "grpo.b=2")
+    cfg = tiny_config(
+        digit_model_dir,
+        tmp_path,
+        *SMALL,
+        "federation.num_clients=16",
+        "resources.num_actors=4",
+        "federation.clients_per_round=10",
+        "federation.weighting=samples",
+        "grpo.K=8",
+        "grpo.b=2",
+    )
     weights, start, record, averaged, pre, post = one_round(cfg, digit_model_dir, tmp_path)
     parts = record["participants"]
     assert parts == participants(cfg.seed, 1, 16, 10) and len(parts) == 10
@@ -55,8 +73,11 @@ def test_sixteen_clients_on_four_actors_with_partial_participation(local_ray, di
             assert pre[c] is None  # sat the round out
     # each trained its own adapter: those that saw a non-zero advantage all differ; the others moved by
     # AdamW's weight decay alone (their GRPO gradient was zero), identically
-    learned = [c for c in parts if any(cl["zero_adv_frac"] < 1 for st in record["steps"] for cl in st["clients"]
-                                       if cl["client"] == c)]
+    learned = [
+        c
+        for c in parts
+        if any(cl["zero_adv_frac"] < 1 for st in record["steps"] for cl in st["clients"] if cl["client"] == c)
+    ]
     assert len(learned) >= 5
     assert len({tuple(flat[c].tolist()) for c in learned}) == len(learned)
     idle = [c for c in parts if c not in learned]
@@ -71,8 +92,13 @@ def test_sixteen_clients_on_four_actors_with_partial_participation(local_ray, di
 def test_multiplexed_clients_match_one_actor_per_client(local_ray, digit_model_dir, tmp_path):
     results = {}
     for actors in (1, 4):
-        cfg = tiny_config(digit_model_dir, tmp_path / str(actors), *SMALL, "federation.num_clients=4",
-                          f"resources.num_actors={actors}")
+        cfg = tiny_config(
+            digit_model_dir,
+            tmp_path / str(actors),
+            *SMALL,
+            "federation.num_clients=4",
+            f"resources.num_actors={actors}",
+        )
         _, _, record, averaged, _, _ = one_round(cfg, digit_model_dir, tmp_path / str(actors))
         results[actors] = (record, flatten(averaged)[0])
     (rec1, avg1), (rec4, avg4) = results[1], results[4]
@@ -98,8 +124,11 @@ def test_a_request_the_cluster_can_never_hold_fails_at_once(local_ray):
 
     wait_for_free_cpus(2.0)  # placement groups of earlier tests are removed asynchronously
     t = time.monotonic()
-    with pytest.raises(PlacementError, match=r"can never hold .*4 bundles \{'CPU': 1\.0\} \(SPREAD\) but its nodes "
-                                             r"hold at most 2"):
+    with pytest.raises(
+        PlacementError,
+        match=r"can never hold .*4 bundles \{'CPU': 1\.0\} \(SPREAD\) but its nodes "
+        r"hold at most 2",
+    ):
         reserve(client_bundles(4, 1.0, 0.0), "SPREAD", timeout_s=600.0)
     assert time.monotonic() - t < 30  # a fixed cluster that can never fit is not waited for
     with pytest.raises(PlacementError, match=r"no node type can hold a bundle \{'CPU': 1\.0, 'GPU': 1\.0\}"):
@@ -108,7 +137,6 @@ def test_a_request_the_cluster_can_never_hold_fails_at_once(local_ray):
 
 
 def test_a_request_that_waits_says_what_it_waits_for_then_times_out(local_ray):
-    import time
 
     from ray.util.placement_group import placement_group, remove_placement_group
 
@@ -124,6 +152,8 @@ def test_a_request_that_waits_says_what_it_waits_for_then_times_out(local_ray):
     finally:
         remove_placement_group(busy)
     assert len(lines) >= 2
-    assert lines[0].startswith("placement: waiting 1s of 3s for 1 client bundles {'CPU': 1.0} (PACK): need "
-                               "{'CPU': 1.0}, cluster has {'CPU': 2.0} ({'CPU': 0.0} free)")
+    assert lines[0].startswith(
+        "placement: waiting 1s of 3s for 1 client bundles {'CPU': 1.0} (PACK): need "
+        "{'CPU': 1.0}, cluster has {'CPU': 2.0} ({'CPU': 0.0} free)"
+    )
     wait_for_free_cpus(2.0, timeout_s=10.0)  # the waiting group was removed

@@ -5,8 +5,16 @@ import json
 import pytest
 import torch
 
-from pubswap.lora import (adapter_from_model, flatten, load_into_model, peft_lora_config, read_adapter,
-                          save_adapter, squared_distance, unflatten)
+from pubswap.lora import (
+    adapter_from_model,
+    flatten,
+    load_into_model,
+    peft_lora_config,
+    read_adapter,
+    save_adapter,
+    squared_distance,
+    unflatten,
+)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import time
 
 import pytest
 from ray.cluster_utils import Cluster
-
 from ray_helpers import final_sha, ft_config, metrics, run_driver, run_processes, start_driver
 
 SPREAD = ["resources.cpus_per_client=1", "resources.placement_strategy=SPREAD"]
@@ -48,8 +47,9 @@ def cluster():
         c.shutdown()
 
 
-def test_clients_spread_over_nodes_and_a_removed_node_is_survived_bitwise(cluster, ft_reference, digit_model_dir,
-                                                                         tmp_path):
+def test_clients_spread_over_nodes_and_a_removed_node_is_survived_bitwise(
+    cluster, ft_reference, digit_model_dir, tmp_path
+):
     c, workers = cluster
     env = {"RAY_ADDRESS": c.address}
     cfg = ft_config(digit_model_dir, tmp_path / "run", *SPREAD)
@@ -75,9 +75,9 @@ def test_clients_spread_over_nodes_and_a_removed_node_is_survived_bitwise(cluste
     assert [r["recoveries"] for r in records] == [0, 1]  # round 2 was redone once, on the spare node
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
     deadline = time.monotonic() + 30  # the run's actors end with it, on the nodes left too
-    while any(client_actors_by_node(workers[:victim] + workers[victim + 1:]).values()) and time.monotonic() < deadline:
+    while any(client_actors_by_node(workers[:victim] + workers[victim + 1 :]).values()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert not any(client_actors_by_node(workers[:victim] + workers[victim + 1:]).values())
+    assert not any(client_actors_by_node(workers[:victim] + workers[victim + 1 :]).values())
 
     # a request larger than the cluster (5 clients of 1 CPU, SPREAD, on the two 2-CPU nodes left) fails at
     # once with the shortfall named: one line, exit 2, nothing started
@@ -87,5 +87,7 @@ def test_clients_spread_over_nodes_and_a_removed_node_is_survived_bitwise(cluste
     assert time.monotonic() - t < 120
     err = bigger.stderr.strip()
     assert err.splitlines() == [err]
-    assert "the cluster can never hold the client actors: 5 bundles {'CPU': 1.0} (SPREAD) but its nodes hold at " \
-           "most 4" in err
+    assert (
+        "the cluster can never hold the client actors: 5 bundles {'CPU': 1.0} (SPREAD) but its nodes hold at "
+        "most 4" in err
+    )

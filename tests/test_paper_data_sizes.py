@@ -5,17 +5,22 @@ import pytest
 
 import pubswap.data.records as records
 from pubswap.config import DataConfig, FederationConfig
+from pubswap.data.deepmath import HUB as DEEPMATH_HUB
 from pubswap.data.math_hendrycks import HUB as MATH_HUB
 from pubswap.data.math_hendrycks import SUBJECTS
 from pubswap.data.medical import MEDMCQA_HUB, MEDQA_HUB
-from pubswap.data.deepmath import HUB as DEEPMATH_HUB
 from pubswap.data.sources import load_source
 from pubswap.data.split import dirichlet_split
 from pubswap.presets import DATASETS
 
 # rows per (hub dataset, split) on the Hugging Face hub
-HUB_ROWS = {(MATH_HUB, "train"): 7_500, (MATH_HUB, "test"): 5_000, (DEEPMATH_HUB, "train"): 103_022,
-            (MEDQA_HUB, "train"): 10_178, (MEDMCQA_HUB, "train"): 182_822}
+HUB_ROWS = {
+    (MATH_HUB, "train"): 7_500,
+    (MATH_HUB, "test"): 5_000,
+    (DEEPMATH_HUB, "train"): 103_022,
+    (MEDQA_HUB, "train"): 10_178,
+    (MEDMCQA_HUB, "train"): 182_822,
+}
 
 
 def fake_record(source: str, i: int, config: str | None) -> dict:
@@ -25,8 +30,7 @@ def fake_record(source: str, i: int, config: str | None) -> dict:
         return {"question": f"q{i}", "final_answer": "1", "topic": f"Mathematics -> Area{i % 7} -> x"}
     if source == MEDQA_HUB:
         return {"question": f"q{i}", "options": dict(zip("ABCD", "abcd")), "answer_idx": "A", "meta_info": "step1"}
-    return {"question": f"q{i}", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "cop": 0,
-            "subject_name": f"S{i % 6}"}
+    return {"question": f"q{i}", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "cop": 0, "subject_name": f"S{i % 6}"}
 
 
 @pytest.fixture
@@ -54,8 +58,9 @@ def test_each_paper_dataset_has_the_rows_its_preset_splits(hub, dataset):
     rows, report = load_source(data, needed, seed=0)
     assert report.total_rejected == 0
     assert len(rows) >= needed, f"{dataset}: {len(rows)} rows < {needed}"
-    split = dirichlet_split(rows, clients, data.per_client, data.dirichlet_alpha, data.public_size,
-                            data.test_size, seed=0)
+    split = dirichlet_split(
+        rows, clients, data.per_client, data.dirichlet_alpha, data.public_size, data.test_size, seed=0
+    )
     assert [len(c) for c in split.clients] == [data.per_client] * clients
     assert (len(split.public), len(split.test)) == (data.public_size, data.test_size)
 

@@ -42,7 +42,8 @@ def test_cell_specifics():
     assert math.federation.rounds == 36 and MODELS["qwen3-1.7b"].target_modules == ("all-linear",)
     assert {c.swap_period for c in cells(5) if c.method.startswith("pubswap")} == {2, 4, 8}
     assert Cell("qwen3-1.7b", "deepmath", "pubswap-balanced", 90) in cells(1) and paper_grid.tables_of(
-        Cell("qwen3-1.7b", "deepmath", "pubswap-balanced", 90)) == [1, 5]
+        Cell("qwen3-1.7b", "deepmath", "pubswap-balanced", 90)
+    ) == [1, 5]
 
 
 def test_list_prints_every_cell_with_an_estimate(capsys):
@@ -58,16 +59,29 @@ def test_report_puts_runs_next_to_the_paper(tmp_path, capsys):
     run = tmp_path / "qwen3-1.7b_deepmath_pubswap-balanced_swap2_tau90"
     run.mkdir()
     (run / "config.json").write_text(json.dumps(cfg))
-    (run / "summary.json").write_text(json.dumps({"base_pass@1": 0.149, "final_pass@1": 0.53, "best_pass@1": 0.545,
-                                                  "final_pass@1_se": 0.0158, "eval_prompts": 1000, "eval_n": 1,
-                                                  "rounds": 4}))
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "base_pass@1": 0.149,
+                "final_pass@1": 0.53,
+                "best_pass@1": 0.545,
+                "final_pass@1_se": 0.0158,
+                "eval_prompts": 1000,
+                "eval_n": 1,
+                "rounds": 4,
+            }
+        )
+    )
     other = tmp_path / "smoke"
     other.mkdir()
     (other / "config.json").write_text(json.dumps(load_config(REPO / "configs/default.yaml").to_dict()))
     (other / "summary.json").write_text(json.dumps({"base_pass@1": 0.25, "final_pass@1": 0.25, "rounds": 1}))
     assert report.main([str(run), str(other)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "  4/4    14.9   53.0     ±1.6 (1000x1)   54.5      -               -         - | T1: 14.9 53.3/53.3; T5: 14.9 53.3/-" in lines[1]
+    assert (
+        "  4/4    14.9   53.0     ±1.6 (1000x1)   54.5      -               -         - "
+        "| T1: 14.9 53.3/53.3; T5: 14.9 53.3/-" in lines[1]
+    )
     assert lines[2].startswith("smoke") and lines[2].endswith("| -")
     with pytest.raises(SystemExit):
         report.main([])

@@ -39,8 +39,10 @@ def test_clients_in_round_from_fraction_or_count(tmp_path):
         cfg("resources.num_actors=11")
 
 
-@pytest.mark.parametrize("clients,actors,sizes", [(16, 4, [4, 4, 4, 4]), (10, 4, [3, 3, 2, 2]), (5, 0, [1] * 5),
-                                                  (3, 8, [1, 1, 1]), (7, 1, [7])])
+@pytest.mark.parametrize(
+    "clients,actors,sizes",
+    [(16, 4, [4, 4, 4, 4]), (10, 4, [3, 3, 2, 2]), (5, 0, [1] * 5), (3, 8, [1, 1, 1]), (7, 1, [7])],
+)
 def test_assign_clients_in_balanced_contiguous_blocks(clients, actors, sizes):
     blocks = assign_clients(clients, actors)
     assert [len(b) for b in blocks] == sizes

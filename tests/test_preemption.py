@@ -6,12 +6,15 @@ bitwise equal to an uninterrupted run's."""
 import shutil
 import uuid
 
-from pubswap.checkpoint import list_rounds
-from pubswap.storage import RunMirror
 from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_driver
 
+from pubswap.checkpoint import list_rounds
+from pubswap.storage import RunMirror
 
-def test_whole_cluster_preemption_resumes_from_object_storage_bitwise(s3_server, ft_reference, digit_model_dir, tmp_path):
+
+def test_whole_cluster_preemption_resumes_from_object_storage_bitwise(
+    s3_server, ft_reference, digit_model_dir, tmp_path
+):
     uri = f"s3://runs/{uuid.uuid4().hex[:8]}/preempted"
     cfg = ft_config(digit_model_dir, uri, "checkpoint.keep_last=1")
     node1, node2 = tmp_path / "node1", tmp_path / "node2"

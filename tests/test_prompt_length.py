@@ -1,17 +1,20 @@
 """Over-long prompts are dropped before the split and counted, never cut (cutting drops the template's start)."""
 
+from ray_helpers import tiny_config
 from transformers import AutoTokenizer
 
 from jobs.train import build_split
 from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.rows import Row, RowReport
-from ray_helpers import tiny_config
 
 
 def test_an_over_long_prompt_is_counted_and_dropped(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    rows = [Row("Calculate 1 + 2.", "3", "add"), Row("Calculate 1 + 2. " * 40, "3", "add"),
-            Row("Calculate 4 + 4.", "8", "add")]
+    rows = [
+        Row("Calculate 1 + 2.", "3", "add"),
+        Row("Calculate 1 + 2. " * 40, "3", "add"),
+        Row("Calculate 4 + 4.", "8", "add"),
+    ]
     lengths = [len(chat_prompt_ids(tok, r.prompt)) for r in rows]
     count = lambda r: len(chat_prompt_ids(tok, r.prompt, r.context))  # noqa: E731
     assert lengths[0] < 40 < lengths[1]

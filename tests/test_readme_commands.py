@@ -1,6 +1,8 @@
 """Every command of the cluster guide (docs/cluster.md, and its short form in the README) that can run here
-works as written; the others name files that exist (the local scaling example is not a cluster job). Training commands are loaded with their overrides by our own config loader (as the driver
-would, inside a job) and must keep their files in an object store."""
+works as written; the others name files that exist (the local scaling example is not a cluster job). Training
+commands are loaded with their overrides by our own config loader (as the driver would, inside a job) and must
+keep their files in an object store.
+"""
 
 import os
 import re
@@ -9,12 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from ray_helpers import ray_cli
 
 from jobs import supervise
 from jobs.train import check_run_dir_for_jobs
 from pubswap.config import load_config
 from pubswap.storage import is_uri
-from ray_helpers import ray_cli
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_ROOT = "/home/ray/pubswap/"  # where kuberay/Dockerfile puts the project
@@ -23,7 +25,10 @@ IMAGE_ROOT = "/home/ray/pubswap/"  # where kuberay/Dockerfile puts the project
 def cluster_commands() -> list[list[str]]:
     readme = (REPO / "README.md").read_text()
     guide = (REPO / "docs" / "cluster.md").read_text()
-    section = guide[:guide.index("## Scaling beyond four clients")] + readme[readme.index("## On a cluster"):readme.index("## Documentation")]
+    section = (
+        guide[: guide.index("## Scaling beyond four clients")]
+        + readme[readme.index("## On a cluster") : readme.index("## Documentation")]
+    )
     out = []
     for block in re.findall(r"```bash\n(.*?)```", section, re.S):
         for cmd in block.replace("\\\n", " ").splitlines():
@@ -35,14 +40,21 @@ def cluster_commands() -> list[list[str]]:
 
 def argv_after(cmd: str, marker: list[str]) -> list[str]:
     words = shlex.split(cmd.split("&&")[-1])
-    i = next(i for i in range(len(words)) if words[i:i + len(marker)] == marker)
-    return words[i + len(marker):]
+    i = next(i for i in range(len(words)) if words[i : i + len(marker)] == marker)
+    return words[i + len(marker) :]
 
 
 def test_the_section_has_the_commands_a_cluster_user_runs():
     cmds = cluster_commands()
-    for expected in ("ray get-auth-token --generate", "ray up cluster.yaml", "ray dashboard cluster.yaml",
-                     "jobs.supervise", "kubectl apply -f kuberay/rayjob.yaml", "ray job submit", "ray down cluster.yaml"):
+    for expected in (
+        "ray get-auth-token --generate",
+        "ray up cluster.yaml",
+        "ray dashboard cluster.yaml",
+        "jobs.supervise",
+        "kubectl apply -f kuberay/rayjob.yaml",
+        "ray job submit",
+        "ray down cluster.yaml",
+    ):
         assert any(expected in c for c in cmds), expected
 
 

@@ -41,18 +41,23 @@ def test_the_tasks_own_verifier_scores_the_boxed_answer():
     spaced = ", ".join(w.strip() for w in row.answer.split(","))
     assert reward(f"\\boxed{{{spaced}}}", row.answer, row.ref) == 1.0
     # through the run's config: data.reward auto resolves to the task verifiers
-    cfg = load_config("configs/default.yaml", ["data.tasks={word_sorting: {min_words: 3, max_words: 4}, spell_backward: {}, "
-                             "count_bits: {max_n: 64}}"])
+    cfg = load_config(
+        "configs/default.yaml",
+        ["data.tasks={word_sorting: {min_words: 3, max_words: 4}, spell_backward: {}, count_bits: {max_n: 64}}"],
+    )
     assert cfg.data.verifier == "reasoning_gym"
     fn = make_row_reward(cfg.data, cfg.seed)
     assert fn(f"\\boxed{{{rows[0].answer}}}", rows[0]) == 1.0
 
 
-@pytest.mark.parametrize("tasks, message", [
-    ("[no_such_task]", "unknown reasoning-gym task 'no_such_task'; valid names: ab, acre"),
-    ("{basic_arithmetic: {min_terms: 5, max_terms: 2}}", "basic_arithmetic: invalid settings"),
-    ("{chain_sum: {colour: red}}", "chain_sum: invalid settings"),
-])
+@pytest.mark.parametrize(
+    "tasks, message",
+    [
+        ("[no_such_task]", "unknown reasoning-gym task 'no_such_task'; valid names: ab, acre"),
+        ("{basic_arithmetic: {min_terms: 5, max_terms: 2}}", "basic_arithmetic: invalid settings"),
+        ("{chain_sum: {colour: red}}", "chain_sum: invalid settings"),
+    ],
+)
 def test_bad_task_names_and_settings_are_config_errors(tasks, message):
     with pytest.raises(ConfigError, match="data.tasks: " + message.replace("(", r"\(")):
         load_config("configs/default.yaml", [f"data.tasks={tasks}"])

@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
+from ray_helpers import alive, cmdline, final_sha, ft_config, metrics, process_tree, run_driver, start_driver
 
 from pubswap.faults import ENV as FAULT_ENV
-from ray_helpers import alive, cmdline, final_sha, ft_config, metrics, process_tree, run_driver, start_driver
 
 
 def test_a_client_killed_during_the_base_evaluation_is_recovered(ft_reference, digit_model_dir, tmp_path):
@@ -24,7 +24,10 @@ def test_a_client_killed_during_the_base_evaluation_is_recovered(ft_reference, d
     done = run_driver(cfg, {FAULT_ENV: str(fault)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "fault.json.fired").exists()
-    assert "start: an actor died or hung" in done.stdout and "restarting the clients to evaluate the base model" in done.stdout
+    assert (
+        "start: an actor died or hung" in done.stdout
+        and "restarting the clients to evaluate the base model" in done.stdout
+    )
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
 
 
@@ -38,12 +41,16 @@ FEDSRD = ("federation.method=fedavg-grpo", "federation.clients_per_round=1", "fe
 
 
 @pytest.mark.heavy  # ~77 s each
-@pytest.mark.parametrize("moment,overrides,before", [
-    ("swap", (), "step 1/3"),  # step 2 is public: the server hands out the batch and swaps the answers
-    ("aggregation", FEDSRD, "step 3/3")])  # after the last step FedSRD's server aggregates the uploads
-def test_the_server_killed_or_hung_in_a_call_is_restarted_and_the_round_redone(moment, overrides, before,
-                                                                               ft_reference_of, digit_model_dir,
-                                                                               tmp_path):
+@pytest.mark.parametrize(
+    "moment,overrides,before",
+    [
+        ("swap", (), "step 1/3"),  # step 2 is public: the server hands out the batch and swaps the answers
+        ("aggregation", FEDSRD, "step 3/3"),
+    ],
+)  # after the last step FedSRD's server aggregates the uploads
+def test_the_server_killed_or_hung_in_a_call_is_restarted_and_the_round_redone(
+    moment, overrides, before, ft_reference_of, digit_model_dir, tmp_path
+):
     """Round 1: the ServerActor is frozen (SIGSTOP) as the call arrives, then SIGKILLed with the call in
     flight; round 2: it is frozen and left so (fault_tolerance.step_timeout_s ends the wait, and the
     recovery kills it rather than leaving it stopped)."""

@@ -16,15 +16,34 @@ def fake_run(root, name: str, method: str, tau: int, passes: list[float], reward
     cfg = RunConfig().to_dict()
     cfg["federation"].update(method=method, tau=tau, rounds=len(passes) - 1)
     (run / "config.json").write_text(json.dumps(cfg))
-    records = [{"round": r, "pass@1": p, "pass@1_se": 0.02, "eval_prompts": 100, "eval_n": 4,
-                "reward_mean": [rw, rw + 0.1],
-                # client 0 sends 1 MiB and gets 2 MiB, client 1 sends 3 and gets 2; 1 MiB of public responses
-                "bytes": {"upload": [2 ** 20, 3 * 2 ** 20], "download": [2 * 2 ** 20] * 2, "public_pool": 2 ** 20}}
-               for r, (p, rw) in enumerate(zip(passes[1:], rewards), start=1)]
+    records = [
+        {
+            "round": r,
+            "pass@1": p,
+            "pass@1_se": 0.02,
+            "eval_prompts": 100,
+            "eval_n": 4,
+            "reward_mean": [rw, rw + 0.1],
+            # client 0 sends 1 MiB and gets 2 MiB, client 1 sends 3 and gets 2; 1 MiB of public responses
+            "bytes": {"upload": [2**20, 3 * 2**20], "download": [2 * 2**20] * 2, "public_pool": 2**20},
+        }
+        for r, (p, rw) in enumerate(zip(passes[1:], rewards), start=1)
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (run / "summary.json").write_text(json.dumps({
-        "base_pass@1": passes[0], "base_pass@1_se": 0.02, "final_pass@1": passes[-1], "final_pass@1_se": 0.02,
-        "best_pass@1": max(passes), "eval_prompts": 100, "eval_n": 4, "rounds": len(records)}))
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "base_pass@1": passes[0],
+                "base_pass@1_se": 0.02,
+                "final_pass@1": passes[-1],
+                "final_pass@1_se": 0.02,
+                "best_pass@1": max(passes),
+                "eval_prompts": 100,
+                "eval_n": 4,
+                "rounds": len(records),
+            }
+        )
+    )
     return run
 
 

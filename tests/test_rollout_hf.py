@@ -19,6 +19,5 @@ def test_hf_engine_sampling_logprobs_match_the_trainer(tiny_model_dir, tmp_path)
     assert all(c.logprobs == () for c in again)
     for c in first:
         assert len(c.logprobs) == len(c.token_ids) > 0
-        want = trainer.response_logprobs([Sample(prompt, c.token_ids, 0.0)], temperature=0.7,
-                                         use_adapter=False)[0]
+        want = trainer.response_logprobs([Sample(prompt, c.token_ids, 0.0)], temperature=0.7, use_adapter=False)[0]
         torch.testing.assert_close(torch.tensor(c.logprobs), want, atol=1e-4, rtol=0)

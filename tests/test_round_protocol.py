@@ -10,10 +10,10 @@ import time
 
 import pytest
 import torch
+from ray_helpers import tiny_config
 
 from jobs.train import train
 from pubswap.lora import read_adapter
-from ray_helpers import tiny_config
 
 
 def public_steps(record):
@@ -50,8 +50,13 @@ def test_round_protocol(method, local_ray, digit_model_dir, tmp_path, monkeypatc
 
     monkeypatch.setattr(driver, "run_round", timed_round)
     monkeypatch.setattr(driver, "evaluate_round", timed_eval)
-    cfg = tiny_config(digit_model_dir, tmp_path / method, f"federation.method={method}", "federation.fedprox_mu=0.5",
-                      "model.max_response_len=1")
+    cfg = tiny_config(
+        digit_model_dir,
+        tmp_path / method,
+        f"federation.method={method}",
+        "federation.fedprox_mu=0.5",
+        "model.max_response_len=1",
+    )
     summary = train(cfg)
     records = [json.loads(line) for line in (tmp_path / method / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in records] == [1, 2]

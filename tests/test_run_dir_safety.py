@@ -10,23 +10,27 @@ from pathlib import Path
 
 import pytest
 import torch
+from ray_helpers import REPO, final_sha, ft_config, run_driver, write_config
 
 from jobs import train as train_mod
 from pubswap.checkpoint import latest_checkpoint, list_rounds, prune, save_checkpoint
 from pubswap.lora import peft_lora_config
-from ray_helpers import REPO, final_sha, ft_config, run_driver, write_config
 
 LORA = peft_lora_config(2, 4, ["q_proj"])
 
 
 def adapter(value: float, n: int = 4) -> dict:
-    return {"base_model.model.layers.0.q_proj.lora_A.weight": torch.full((2, n), value),
-            "base_model.model.layers.0.q_proj.lora_B.weight": torch.full((n, 2), -value)}
+    return {
+        "base_model.model.layers.0.q_proj.lora_A.weight": torch.full((2, n), value),
+        "base_model.model.layers.0.q_proj.lora_B.weight": torch.full((n, 2), -value),
+    }
 
 
 def snapshot(folder: Path) -> dict:
-    return {p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*"))}
+    return {
+        p.relative_to(folder).as_posix(): (p.read_bytes() if p.is_file() else None, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 @pytest.fixture
@@ -88,8 +92,13 @@ except StorageFull as e:
 def test_a_full_disk_during_a_checkpoint_leaves_the_previous_one_and_no_temp_folder(tmp_path):
     ckpts = tmp_path / "checkpoints"
     save_checkpoint(ckpts, 0, adapter(0.0), LORA, {"record": None})
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK.format(tests=str(REPO / "tests"), ckpts=str(ckpts))],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK.format(tests=str(REPO / "tests"), ckpts=str(ckpts))],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "StorageFull: no space left to write checkpoint" in proc.stdout, proc.stderr[-2000:]
     assert latest_checkpoint(ckpts).round == 0 and (ckpts / "LATEST").read_text() == "round_0000\n"
     assert sorted(p.name for p in ckpts.iterdir()) == ["LATEST", "round_0000"]

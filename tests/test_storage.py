@@ -20,8 +20,10 @@ LORA = peft_lora_config(2, 4, ["q_proj"])
 
 def adapter(seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
-    return {"base_model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.randn(2, 8, generator=g),
-            "base_model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.randn(8, 2, generator=g)}
+    return {
+        "base_model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.randn(2, 8, generator=g),
+        "base_model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.randn(8, 2, generator=g),
+    }
 
 
 @pytest.fixture
@@ -49,8 +51,10 @@ def test_a_checkpoint_pushed_from_one_node_is_pulled_bitwise_on_another(uri, tmp
     assert b.local != a.local and b.pull() == 8  # 2 rounds x (weights, adapter_config, state) + LATEST + metrics
     ck = latest_checkpoint(b.local / "checkpoints")
     assert ck.round == 1 and ck.state["weights_sha256"] == sha
-    assert torch.equal(ck.adapter()["base_model.model.layers.0.self_attn.q_proj.lora_B.weight"],
-                       adapter(1)["base_model.model.layers.0.self_attn.q_proj.lora_B.weight"])
+    assert torch.equal(
+        ck.adapter()["base_model.model.layers.0.self_attn.q_proj.lora_B.weight"],
+        adapter(1)["base_model.model.layers.0.self_attn.q_proj.lora_B.weight"],
+    )
     assert (b.local / "metrics.jsonl").read_text() == '{"round": 1}\n'
 
 
@@ -95,8 +99,10 @@ def test_the_lease_on_a_uri_refuses_a_second_live_driver_and_takes_over_a_dead_o
     first.release()
     assert not store.exists("LEASE")
     # a driver on this host that died holding it (a real process, SIGKILLed): taken over at once
-    code = ("import sys, os, signal; from pubswap.lease import Lease; from pubswap.storage import ObjectStore; "
-            f"Lease(None, ttl_s=4, store=ObjectStore({uri!r})).acquire(say=print); os.kill(os.getpid(), signal.SIGKILL)")
+    code = (
+        "import sys, os, signal; from pubswap.lease import Lease; from pubswap.storage import ObjectStore; "
+        f"Lease(None, ttl_s=4, store=ObjectStore({uri!r})).acquire(say=print); os.kill(os.getpid(), signal.SIGKILL)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], env=os.environ, capture_output=True, text=True, timeout=60)
     assert proc.returncode == -9 and store.exists("LEASE")
     said = []

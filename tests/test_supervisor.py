@@ -8,24 +8,44 @@ import time
 from pathlib import Path
 
 import pytest
-
-from jobs import supervise
-from pubswap.faults import ENV as FAULT_ENV
 from ray_helpers import REPO, final_sha, ft_config, metrics, write_config
 from tcp_proxy import TcpProxy
 
+from jobs import supervise
+from pubswap.faults import ENV as FAULT_ENV
+
 
 @pytest.mark.heavy  # ~39 s
-def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(ray_head, ft_reference, digit_model_dir,
-                                                                             tmp_path, monkeypatch, capsys):
+def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(
+    ray_head, ft_reference, digit_model_dir, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the locally started head uses Ray's token auth
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfg = ft_config(digit_model_dir, tmp_path / "run")
     fault = tmp_path / "fault.json"
     fault.write_text(json.dumps({"who": "driver", "round": 2, "step": 1, "phase": "step"}))
-    rc = supervise.main(["--address", ray_head, "--working-dir", str(REPO), "--max-retries", "2", "--poll-s", "1",
-                         "--name", "sup-test", "--env", f"{FAULT_ENV}={fault}", "--",
-                         sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))])
+    rc = supervise.main(
+        [
+            "--address",
+            ray_head,
+            "--working-dir",
+            str(REPO),
+            "--max-retries",
+            "2",
+            "--poll-s",
+            "1",
+            "--name",
+            "sup-test",
+            "--env",
+            f"{FAULT_ENV}={fault}",
+            "--",
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            str(write_config(cfg)),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0, out[-3000:]
     assert "job sup-test-0 failed" in out and "attempt 2/3: submitted job sup-test-1" in out
@@ -34,9 +54,27 @@ def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(ray
     assert [r["round"] for r in metrics(cfg.run_dir)] == [1, 2]
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
     # a driver that exits 2 (bad input: here a config error) is not resubmitted: it would fail the same way
-    rc = supervise.main(["--address", ray_head, "--working-dir", str(REPO), "--max-retries", "2", "--poll-s", "1",
-                         "--name", "sup-bad", "--", sys.executable, "-m", "jobs.train", "--config",
-                         str(write_config(cfg)), "grpo.K=0"])
+    rc = supervise.main(
+        [
+            "--address",
+            ray_head,
+            "--working-dir",
+            str(REPO),
+            "--max-retries",
+            "2",
+            "--poll-s",
+            "1",
+            "--name",
+            "sup-bad",
+            "--",
+            sys.executable,
+            "-m",
+            "jobs.train",
+            "--config",
+            str(write_config(cfg)),
+            "grpo.K=0",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 1 and "config error: grpo.K" in out and "exited with 2" in out, out[-3000:]
     assert "sup-bad-1" not in out
@@ -49,7 +87,9 @@ def test_supervisor_refuses_a_relative_run_dir(tmp_path, capsys):
     assert supervise.run_dir_of(["x", "run_dir=s3://b/runs/x"], tmp_path) == "s3://b/runs/x"
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text(f"run_dir: {tmp_path}/abs\n")
-    assert supervise.run_dir_of(["python", "-m", "jobs.train", "--config", str(cfg_file)], tmp_path) == f"{tmp_path}/abs"
+    assert (
+        supervise.run_dir_of(["python", "-m", "jobs.train", "--config", str(cfg_file)], tmp_path) == f"{tmp_path}/abs"
+    )
     assert supervise.run_dir_of(["x", "--config", str(cfg_file), "run_dir=/o"], tmp_path) == "/o"
 
 
@@ -65,8 +105,25 @@ COUNT = "import sys, time\nfor i in range({n}):\n    print(f'line {{i}}', flush=
 
 
 def _supervisor(address: str, work: Path, name: str, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-u", "-m", "jobs.supervise", "--address", address, "--working-dir", str(work),
-           "--name", name, "--poll-s", "0.5", *extra, "--", "python", "count.py", f"run_dir={work}/run"]
+    cmd = [
+        sys.executable,
+        "-u",
+        "-m",
+        "jobs.supervise",
+        "--address",
+        address,
+        "--working-dir",
+        str(work),
+        "--name",
+        name,
+        "--poll-s",
+        "0.5",
+        *extra,
+        "--",
+        "python",
+        "count.py",
+        f"run_dir={work}/run",
+    ]
     env = {**os.environ, "RAY_AUTH_MODE": "token"}
     env.pop("RAY_ADDRESS", None)
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

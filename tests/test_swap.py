@@ -12,8 +12,9 @@ def R(origin, correct, tag=""):
 
 def make_pool(correct_counts, K=8, n_prompts=1):
     """pool[n][p] with client n having correct_counts[n] correct responses (first ones) per prompt."""
-    return [[[R(n, k < c, f"p{p}k{k}") for k in range(K)] for p in range(n_prompts)]
-            for n, c in enumerate(correct_counts)]
+    return [
+        [[R(n, k < c, f"p{p}k{k}") for k in range(K)] for p in range(n_prompts)] for n, c in enumerate(correct_counts)
+    ]
 
 
 def n_correct(group):
@@ -107,8 +108,9 @@ def test_balanced_counts_invariant_random_pools():
     gen = np.random.default_rng(123)
     for trial in range(50):
         N, K, P = int(gen.integers(1, 6)), int(gen.integers(2, 10)), int(gen.integers(1, 4))
-        pool = [[[R(n, bool(gen.random() < 0.3), f"{trial}-{p}-{k}") for k in range(K)] for p in range(P)]
-                for n in range(N)]
+        pool = [
+            [[R(n, bool(gen.random() < 0.3), f"{trial}-{p}-{k}") for k in range(K)] for p in range(P)] for n in range(N)
+        ]
         groups, stats = balanced_swap(pool, seed=trial, round_idx=1, step=2)
         for n in range(N):
             swapped = 0

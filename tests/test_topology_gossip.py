@@ -3,8 +3,19 @@
 import pytest
 import torch
 
-from pubswap.gossip import (Choco, SeedMessage, apply_messages, consensus_distance, direction, flood, identity, mix,
-                            rand_k, top_k, zo_message)
+from pubswap.gossip import (
+    Choco,
+    SeedMessage,
+    apply_messages,
+    consensus_distance,
+    direction,
+    flood,
+    identity,
+    mix,
+    rand_k,
+    top_k,
+    zo_message,
+)
 from pubswap.seeding import derive_seed
 from pubswap.topology import grid_shape, make_topology
 
@@ -55,7 +66,7 @@ def test_dsgd_consensus_distance_shrinks_at_the_rate_the_spectral_gap_predicts()
     d = consensus_distance(xs)
     assert torch.allclose(sum(x["w"] for x in xs) / n, mean0, atol=1e-12)  # doubly stochastic: mean kept
     rate = (d / d0) ** (1 / 200)
-    assert rate == pytest.approx(lam2 ** 2, rel=0.02)  # the slowest mode dominates after 200 steps
+    assert rate == pytest.approx(lam2**2, rel=0.02)  # the slowest mode dominates after 200 steps
     assert d <= d0 * lam2 ** (2 * 200) * 1.0001  # and never slower than the bound
 
 
@@ -79,9 +90,13 @@ def test_choco_with_the_identity_compressor_is_dsgd():
     g = make_topology("ring", n)
     W = g.mixing()
     gen = torch.Generator().manual_seed(2)
-    xs = [{"a": torch.randn(4, 3, generator=gen, dtype=torch.float64), "b": torch.randn(7, generator=gen,
-                                                                                          dtype=torch.float64)}
-          for _ in range(n)]
+    xs = [
+        {
+            "a": torch.randn(4, 3, generator=gen, dtype=torch.float64),
+            "b": torch.randn(7, generator=gen, dtype=torch.float64),
+        }
+        for _ in range(n)
+    ]
     choco = Choco(g, gamma=1.0, compress=identity)
     a, b = xs, xs
     for t in range(20):
@@ -107,7 +122,9 @@ def test_choco_with_compression_still_reaches_consensus(compress):
         xs, sent = choco.step(xs, t)
     assert consensus_distance(xs) < 1e-3 * d0
     assert torch.allclose(sum(x["w"] for x in xs) / n, mean0, atol=1e-9)  # gossip keeps the mean
-    assert sent == [(10 * 8 + 5) * 2] * n  # 10 of 40 values + a 40-bit mask (5 bytes < 10 int32 positions), to 2 neighbours
+    assert (
+        sent == [(10 * 8 + 5) * 2] * n
+    )  # 10 of 40 values + a 40-bit mask (5 bytes < 10 int32 positions), to 2 neighbours
 
 
 @pytest.mark.parametrize("kind,n", [("ring", 16), ("meshgrid", 32), ("ring", 33)])
@@ -128,8 +145,10 @@ def test_seedflood_rebuilds_the_same_parameters_on_every_client_after_diameter_h
     everything = {SeedMessage(t, i, 1000 * t + i, 0.01 * (i + 1)) for t in range(steps) for i in range(n)}
     assert all(h == everything for h in held)
     # each client got its messages in its own order: apply_messages puts them in the canonical one
-    orders = [[sorted(h)[j] for j in torch.randperm(len(h), generator=torch.Generator().manual_seed(i))]
-              for i, h in enumerate(held)]
+    orders = [
+        [sorted(h)[j] for j in torch.randperm(len(h), generator=torch.Generator().manual_seed(i))]
+        for i, h in enumerate(held)
+    ]
     rebuilt = [apply_messages(x0, o) for o in orders]
     for r in rebuilt[1:]:
         assert all(torch.equal(r[k], rebuilt[0][k]) for k in x0)  # bitwise

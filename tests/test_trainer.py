@@ -19,8 +19,9 @@ def test_pad_batch_masks_exactly_the_response_tokens():
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir):
     grpo = GRPOConfig(lr=5e-3, grad_epochs=2, kl_coef=1e-4)
-    return LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, dtype="float32",
-                           strategy=FedProx(mu=0.1))
+    return LoraGRPOTrainer.load(
+        str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, dtype="float32", strategy=FedProx(mu=0.1)
+    )
 
 
 def test_step_raises_positive_and_lowers_negative_advantage_responses(trainer):
@@ -51,8 +52,12 @@ def test_set_adapter_restores_weights_and_anchor(trainer):
 
 
 def test_zero_advantages_change_nothing_without_kl_or_prox(tiny_model_dir):
-    t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16),
-                        GRPOConfig(lr=1e-2, kl_coef=0.0, weight_decay=0.0), dtype="float32")
+    t = LoraGRPOTrainer.load(
+        str(tiny_model_dir),
+        LoraConfig(r=8, alpha=16),
+        GRPOConfig(lr=1e-2, kl_coef=0.0, weight_decay=0.0),
+        dtype="float32",
+    )
     before = t.adapter()
     t.step([Sample((1, 2), (3, 4), 0.0), Sample((1, 2), (5, 6), 0.0)])
     assert all(torch.equal(before[k], v) for k, v in t.adapter().items())
@@ -63,8 +68,9 @@ def test_ffa_lora_trains_b_only_and_a_lower_rank_client_only_its_components(tiny
     from pubswap.lora import truncate_rank
 
     batch = [Sample((5, 6, 7), (20, 21), 1.0), Sample((5, 6, 7), (30, 31), -1.0)]
-    ffa = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(lr=1e-2), dtype="float32",
-                               strategy=FFALoRA())
+    ffa = LoraGRPOTrainer.load(
+        str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(lr=1e-2), dtype="float32", strategy=FFALoRA()
+    )
     before = ffa.adapter()
     ffa.step(batch)
     ffa.step(batch)
@@ -74,8 +80,13 @@ def test_ffa_lora_trains_b_only_and_a_lower_rank_client_only_its_components(tiny
 
     # under FedProx the penalty would pull the zero components toward the full-rank global: the trainer
     # must zero their gradients (plain LoRA leaves a zeroed component at zero by itself)
-    flex = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(lr=1e-2),
-                                dtype="float32", strategy=FedProx(mu=1.0, inner=FlexLoRA()))
+    flex = LoraGRPOTrainer.load(
+        str(tiny_model_dir),
+        LoraConfig(r=8, alpha=16),
+        GRPOConfig(lr=1e-2),
+        dtype="float32",
+        strategy=FedProx(mu=1.0, inner=FlexLoRA()),
+    )
     gen = torch.Generator().manual_seed(0)
     full = {k: v + 0.1 * torch.randn(v.shape, generator=gen) for k, v in flex.adapter().items()}
     flex.set_adapter(full)  # the round-start global, the penalty's anchor

@@ -63,8 +63,18 @@ def full_batch_step(t: LoraGRPOTrainer, samples, start, mini_batches=None):
     for _ in range(g.grad_epochs):
         for rows, old, ref, mask, adv in parts:
             logp, _ = direct_logprobs(model, rows, t.pad_id, g.temperature)
-            out = grpo_loss(logp, old, ref, adv, mask, clip_low=g.clip_low, clip_high=g.clip_high,
-                            clip_ratio_c=g.clip_ratio_c, log_ratio_clamp=g.log_ratio_clamp, kl_coef=g.kl_coef)
+            out = grpo_loss(
+                logp,
+                old,
+                ref,
+                adv,
+                mask,
+                clip_low=g.clip_low,
+                clip_high=g.clip_high,
+                clip_ratio_c=g.clip_ratio_c,
+                log_ratio_clamp=g.log_ratio_clamp,
+                kl_coef=g.kl_coef,
+            )
             loss = out.loss + t.strategy.client_penalty(t._lora_params_by_adapter_key(), t.anchor)
             opt.zero_grad()
             loss.backward()
@@ -161,8 +171,11 @@ def test_old_and_reference_logprobs_use_eval_mode_so_the_first_ratio_is_one(tiny
 
 def test_entropy_is_logged_and_its_bonus_raises_entropy(tiny_model_dir):
     def entropy_after(coef):
-        t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16),
-                                 GRPOConfig(lr=1e-2, grad_epochs=1, kl_coef=0.0, entropy_coef=coef))
+        t = LoraGRPOTrainer.load(
+            str(tiny_model_dir),
+            LoraConfig(r=8, alpha=16),
+            GRPOConfig(lr=1e-2, grad_epochs=1, kl_coef=0.0, entropy_coef=coef),
+        )
         torch.manual_seed(3)
         t.set_adapter({k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()})
         zero_adv = [Sample(s.prompt_ids, s.response_ids, 0.0) for s in samples_of_unequal_length()]
@@ -224,8 +237,9 @@ def test_plan_bounds_padded_tokens_and_groups_similar_lengths():
 
 
 def test_device_placement_and_dtypes(tiny_model_dir):
-    t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=4, alpha=8), GRPOConfig(), dtype="bfloat16",
-                             device="cpu")
+    t = LoraGRPOTrainer.load(
+        str(tiny_model_dir), LoraConfig(r=4, alpha=8), GRPOConfig(), dtype="bfloat16", device="cpu"
+    )
     base = [p for p in t.model.parameters() if not p.requires_grad]
     lora = list(t.trainable().values())
     assert {p.dtype for p in base} == {torch.bfloat16} and {p.dtype for p in lora} == {torch.float32}
@@ -248,9 +262,16 @@ def test_truncated_is_weights_only_swapped_in_responses(trainer):
     swapped = {1, 4}
 
     def with_donor(logps):
-        return [Sample(s.prompt_ids, s.response_ids, s.advantage, origin=1 if i in swapped else 0,
-                       behaviour_logprobs=tuple(logps[i].tolist()) if i in swapped else ())
-                for i, s in enumerate(base)]
+        return [
+            Sample(
+                s.prompt_ids,
+                s.response_ids,
+                s.advantage,
+                origin=1 if i in swapped else 0,
+                behaviour_logprobs=tuple(logps[i].tolist()) if i in swapped else (),
+            )
+            for i, s in enumerate(base)
+        ]
 
     def update(samples, cap):
         trainer.set_adapter(start)
@@ -271,8 +292,10 @@ def test_truncated_is_weights_only_swapped_in_responses(trainer):
     assert any(not torch.allclose(weighted[k], plain[k], atol=1e-6) for k in plain)
     # policy-gradient-wise the swapped responses now count for ~nothing; their tokens still enter the KL term
     # and the token-mean's denominator, so compare against zero-advantage copies of them
-    muted = [Sample(s.prompt_ids, s.response_ids, 0.0 if i in swapped else s.advantage, s.origin)
-             for i, s in enumerate(with_donor(old))]
+    muted = [
+        Sample(s.prompt_ids, s.response_ids, 0.0 if i in swapped else s.advantage, s.origin)
+        for i, s in enumerate(with_donor(old))
+    ]
     expected, _ = update(muted, 0.0)
     for k in plain:
         torch.testing.assert_close(weighted[k], expected[k], atol=1e-6, rtol=0)

@@ -17,7 +17,7 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512, dig
     """`digits_only`: an untied LM head whose rows are zero except for the ten single-digit tokens,
     so one-token answers are a digit (right ~1 time in 10 on one-digit sums): tests get real rewards."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     path = Path(path)
@@ -28,20 +28,34 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512, dig
     tok.decoder = decoders.ByteLevel()
     corpus = [f"Calculate {a} + {b}. The answer is \\boxed{{{a + b}}}." for a in range(10) for b in range(10)]
     corpus += ["Solve the problem. Put the final answer in \\boxed{}.", "user assistant system"]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(corpus, trainer=trainer)
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>",
-                                     pad_token="<|endoftext|>", unk_token=None)
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
+    )
     hf_tok.chat_template = CHATML
     hf_tok.save_pretrained(path)
 
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(hf_tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
-        eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id, bos_token_id=None,
-        tie_word_embeddings=not digits_only, torch_dtype="float32",
+        vocab_size=len(hf_tok),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=512,
+        eos_token_id=hf_tok.eos_token_id,
+        pad_token_id=hf_tok.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=not digits_only,
+        torch_dtype="float32",
     )
     model = LlamaForCausalLM(config)
     if digits_only:
@@ -52,8 +66,9 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512, dig
         with torch.no_grad():
             hs = []
             for p in prompts:
-                ids = hf_tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                                 return_dict=True, return_tensors="pt")["input_ids"]
+                ids = hf_tok.apply_chat_template(
+                    [{"role": "user", "content": p}], add_generation_prompt=True, return_dict=True, return_tensors="pt"
+                )["input_ids"]
                 hs.append(model.model(input_ids=ids).last_hidden_state[0, -1])
             v = torch.stack(hs).mean(0)
             v = v / v.norm()

@@ -1,8 +1,8 @@
 """Aggregation strategies: one module each behind `AggregationStrategy` (base.py explains the round).
 
-    strategy = make_strategy(cfg.federation)          # federation.aggregation (+ aggregation_kwargs)
-    result = strategy.run_round(start, trained, weights, seed, round_idx)   # or split across actors
-    loss = loss + strategy.client_penalty(params, global_adapter)           # FedProx; zero otherwise
+strategy = make_strategy(cfg.federation)          # federation.aggregation (+ aggregation_kwargs)
+result = strategy.run_round(start, trained, weights, seed, round_idx)   # or split across actors
+loss = loss + strategy.client_penalty(params, global_adapter)           # FedProx; zero otherwise
 """
 
 import inspect
@@ -24,8 +24,12 @@ STRATEGIES: dict[str, type[AggregationStrategy]] = {
 
 def strategy_params(name: str) -> list[str]:
     """The keyword arguments `federation.aggregation_kwargs` may set for strategy `name`."""
-    return [p for p in inspect.signature(STRATEGIES[name].__init__).parameters if p != "self"
-            and inspect.signature(STRATEGIES[name].__init__).parameters[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    return [
+        p
+        for p in inspect.signature(STRATEGIES[name].__init__).parameters
+        if p != "self"
+        and inspect.signature(STRATEGIES[name].__init__).parameters[p].kind == inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
 
 
 def make_strategy(federation) -> AggregationStrategy:
@@ -38,6 +42,22 @@ def make_strategy(federation) -> AggregationStrategy:
     return FedProx(mu=federation.fedprox_mu, inner=strategy) if federation.uses_prox else strategy
 
 
-__all__ = ["AggregationStrategy", "Context", "FFALoRA", "FedDARE", "FedICU", "FedIT", "FedProx", "FedSRD",
-           "FedSRDe", "FlexLoRA", "RoundResult", "STRATEGIES", "Sparse", "make_strategy", "normalized_weights",
-           "payload_bytes", "strategy_params"]
+__all__ = [
+    "AggregationStrategy",
+    "Context",
+    "FFALoRA",
+    "FedDARE",
+    "FedICU",
+    "FedIT",
+    "FedProx",
+    "FedSRD",
+    "FedSRDe",
+    "FlexLoRA",
+    "RoundResult",
+    "STRATEGIES",
+    "Sparse",
+    "make_strategy",
+    "normalized_weights",
+    "payload_bytes",
+    "strategy_params",
+]

@@ -18,7 +18,6 @@ resume and actor restarts need nothing more.
 
 from __future__ import annotations
 
-from abc import ABC
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +43,7 @@ def normalized_weights(weights: Sequence[float] | None, n: int) -> list[float]:
 @dataclass(frozen=True)
 class Context:
     """Who runs a strategy's step: every random choice is seeded from (seed, round, client, key)."""
+
     seed: int = 0
     round: int = 1
     client: int | None = None  # None: the server, or the global adapter
@@ -76,7 +76,7 @@ def weighted_mean(tensors: Sequence[Tensor], w: Sequence[float]) -> Tensor:
     return acc.to(tensors[0].dtype)
 
 
-class AggregationStrategy(ABC):
+class AggregationStrategy:
     name: str = ""
     # A linear rule is a weighted mean of dense uploads: it can run as an allreduce among clients.
     linear: bool = True
@@ -97,8 +97,9 @@ class AggregationStrategy(ABC):
         """What a client sends up: by default its trained tensors, dense (those it trains)."""
         return {k: v for k, v in sorted(trained.items()) if self.trains(k)}
 
-    def server_aggregate(self, start: Adapter, uploads: Sequence[Payload], weights: Sequence[float] | None,
-                         ctx: Context) -> Payload:
+    def server_aggregate(
+        self, start: Adapter, uploads: Sequence[Payload], weights: Sequence[float] | None, ctx: Context
+    ) -> Payload:
         """What the server sends down: by default the weighted mean of the uploaded tensors."""
         w = normalized_weights(weights, len(uploads))
         return {k: weighted_mean([dense(u[k]) for u in uploads], w) for k in sorted(uploads[0])}
@@ -112,9 +113,16 @@ class AggregationStrategy(ABC):
         """What the server sends one client (FlexLoRA sends a client of lower rank only its components)."""
         return payload_bytes(download)
 
-    def run_round(self, start: Adapter, trained: Sequence[Adapter], weights: Sequence[float] | None = None,
-                  seed: int = 0, round_idx: int = 1, clients: Sequence[int] | None = None,
-                  ranks: Sequence[int | None] | None = None) -> RoundResult:
+    def run_round(
+        self,
+        start: Adapter,
+        trained: Sequence[Adapter],
+        weights: Sequence[float] | None = None,
+        seed: int = 0,
+        round_idx: int = 1,
+        clients: Sequence[int] | None = None,
+        ranks: Sequence[int | None] | None = None,
+    ) -> RoundResult:
         """The whole round in one process; the Ray path splits it across actors with the same calls."""
         clients = list(range(len(trained))) if clients is None else list(clients)
         ranks = [None] * len(clients) if ranks is None else list(ranks)
@@ -141,6 +149,7 @@ class AggregationStrategy(ABC):
                 raise ValueError(f"adapter {i} has different keys from adapter 0")
             for k in keys:
                 if a[k].shape != adapters[0][k].shape:
-                    raise ValueError(f"adapter {i}: {k} has shape {tuple(a[k].shape)}, "
-                                     f"adapter 0 has {tuple(adapters[0][k].shape)}")
+                    raise ValueError(
+                        f"adapter {i}: {k} has shape {tuple(a[k].shape)}, adapter 0 has {tuple(adapters[0][k].shape)}"
+                    )
         return keys

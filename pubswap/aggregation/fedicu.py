@@ -53,8 +53,12 @@ class FedICU(AggregationStrategy):
             d = [dense(u[k]).double() for u in uploads]
             c = sum(wi * di for wi, di in zip(w, d))
             cn = torch.linalg.vector_norm(c)
-            align = [max(0.0, float((di * c).sum() / (torch.linalg.vector_norm(di) * cn)))
-                     if cn > 0 and torch.linalg.vector_norm(di) > 0 else 0.0 for di in d]
+            align = [
+                max(0.0, float((di * c).sum() / (torch.linalg.vector_norm(di) * cn)))
+                if cn > 0 and torch.linalg.vector_norm(di) > 0
+                else 0.0
+                for di in d
+            ]
             total = sum(wi * ai for wi, ai in zip(w, align))
             div = sum((wi * ai / total) * (di - c) for wi, ai, di in zip(w, align, d)) if total > 0 else 0.0
             out[k] = (start[k].double() + c + self.lam * div).to(start[k].dtype)

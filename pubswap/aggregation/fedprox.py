@@ -33,8 +33,9 @@ class FedProx(AggregationStrategy):
     def client_penalty(self, params: Mapping[str, Tensor], global_adapter: Mapping[str, Tensor]) -> Tensor:
         if set(params) != set(global_adapter):
             raise ValueError("params and global adapter have different keys")
-        total = sum(((params[k] - global_adapter[k].to(params[k].device, params[k].dtype)) ** 2).sum()
-                    for k in sorted(params))
+        total = sum(
+            ((params[k] - global_adapter[k].to(params[k].device, params[k].dtype)) ** 2).sum() for k in sorted(params)
+        )
         return 0.5 * self.mu * total
 
     # the round is the inner strategy's

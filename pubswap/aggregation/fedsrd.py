@@ -39,7 +39,7 @@ def pearson_kurtosis(x: Tensor) -> float:
     x = x.double().reshape(-1)
     c = x - x.mean()
     var = (c * c).mean()
-    return float((c ** 4).mean() / var ** 2) if var > 0 else 1.0
+    return float((c**4).mean() / var**2) if var > 0 else 1.0
 
 
 def prune_ratio(kurtosis: float, base: float = 0.85, coeff: float = 0.1, upper: float = 0.11) -> float:
@@ -66,8 +66,9 @@ class FedSRD(AggregationStrategy):
     linear = False
     truncate = True  # FedSRD-e: False
 
-    def __init__(self, prune_base: float = 0.85, prune_coeff: float = 0.1, prune_upper: float = 0.11,
-                 download_p: float = 0.8):
+    def __init__(
+        self, prune_base: float = 0.85, prune_coeff: float = 0.1, prune_upper: float = 0.11, download_p: float = 0.8
+    ):
         if not 0.0 <= download_p < 1.0:
             raise ValueError(f"download_p must be in [0, 1), got {download_p}")
         if not 0.0 <= prune_base + prune_upper < 1.0:
@@ -98,8 +99,9 @@ class FedSRD(AggregationStrategy):
         out = {}
         for ka, kb in lora_pairs(start):
             A, B = start[ka].double(), start[kb].double()
-            L, R = stack_products([B + dense(u[kb]).double() for u in uploads],
-                                  [A + dense(u[ka]).double() for u in uploads], w)
+            L, R = stack_products(
+                [B + dense(u[kb]).double() for u in uploads], [A + dense(u[ka]).double() for u in uploads], w
+            )
             if self.truncate:
                 L, R = balanced_factors(L, R, A.shape[0])
             if self.updates_b(ctx.round, start[kb]):  # dB = (L R - B A) pinv(A)
@@ -119,5 +121,6 @@ class FedSRD(AggregationStrategy):
 
 class FedSRDe(FedSRD):
     """FedSRD-e: the same, without the SVD truncation of the averaged product."""
+
     name = "fedsrd-e"
     truncate = False

@@ -37,8 +37,14 @@ def _label(x, names: tuple[str, str]) -> str | None:
 def _sst2_fields(r: Mapping) -> dict:
     s = _text(r.get("sentence"))
     answer = _label(r.get("label"), SST2_LABELS)
-    prompt = (f"Sentence: {s}\n\nIs the sentiment of this sentence positive or negative? Answer with one word, "
-              "positive or negative, in \\boxed{}.") if s else None
+    prompt = (
+        (
+            f"Sentence: {s}\n\nIs the sentiment of this sentence positive or negative? Answer with one word, "
+            "positive or negative, in \\boxed{}."
+        )
+        if s
+        else None
+    )
     return {"prompt": prompt, "answer": answer, "topic": answer}
 
 
@@ -46,8 +52,14 @@ def _rte_fields(r: Mapping) -> dict:
     premise = _text(r.get("sentence1", r.get("premise")))
     hypothesis = _text(r.get("sentence2", r.get("hypothesis")))
     answer = _label(r.get("label"), RTE_LABELS)
-    prompt = (f"Premise: {premise}\nHypothesis: {hypothesis}\n\nDoes the premise entail the hypothesis? Answer "
-              "with one word, yes or no, in \\boxed{}.") if premise and hypothesis else None
+    prompt = (
+        (
+            f"Premise: {premise}\nHypothesis: {hypothesis}\n\nDoes the premise entail the hypothesis? Answer "
+            "with one word, yes or no, in \\boxed{}."
+        )
+        if premise and hypothesis
+        else None
+    )
     return {"prompt": prompt, "answer": answer, "topic": answer}
 
 
@@ -57,8 +69,11 @@ def _boolq_fields(r: Mapping) -> dict:
     answer = _label(raw, BOOLQ_LABELS) if isinstance(raw, (bool, int)) else None
     if question and not question.endswith("?"):
         question += "?"
-    prompt = (f"Passage: {passage}\n\nQuestion: {question}\nAnswer with one word, yes or no, in \\boxed{{}}."
-              if passage and question else None)
+    prompt = (
+        f"Passage: {passage}\n\nQuestion: {question}\nAnswer with one word, yes or no, in \\boxed{{}}."
+        if passage and question
+        else None
+    )
     return {"prompt": prompt, "answer": answer, "topic": answer}
 
 

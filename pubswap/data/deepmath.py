@@ -28,8 +28,11 @@ def topic_area(topic) -> str | None:
 
 def _fields(r: Mapping) -> dict:
     q = r.get("question")
-    return {"prompt": math_prompt(q) if isinstance(q, str) and q.strip() else None,
-            "answer": r.get("final_answer"), "topic": topic_area(r.get("topic"))}
+    return {
+        "prompt": math_prompt(q) if isinstance(q, str) and q.strip() else None,
+        "answer": r.get("final_answer"),
+        "topic": topic_area(r.get("topic")),
+    }
 
 
 def deepmath_rows(records: Iterable[Mapping], subsample: int = 0, seed: int = 0) -> tuple[list[Row], RowReport]:

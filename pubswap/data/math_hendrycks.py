@@ -14,8 +14,15 @@ from pubswap.data.rows import Row, RowReport, map_rows
 from pubswap.rewards import last_boxed
 
 HUB = "EleutherAI/hendrycks_math"
-SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
-            "prealgebra", "precalculus")  # the hub configs
+SUBJECTS = (
+    "algebra",
+    "counting_and_probability",
+    "geometry",
+    "intermediate_algebra",
+    "number_theory",
+    "prealgebra",
+    "precalculus",
+)  # the hub configs
 HUB_SPLITS = ("train", "test")  # the paper re-splits all 12.5K problems (its own test set among them)
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 
@@ -26,8 +33,11 @@ def math_prompt(problem: str) -> str:
 
 def _fields(r: Mapping) -> dict:
     problem = r.get("problem")
-    return {"prompt": math_prompt(problem) if isinstance(problem, str) and problem.strip() else None,
-            "answer": last_boxed(r.get("solution")), "topic": r.get("type")}
+    return {
+        "prompt": math_prompt(problem) if isinstance(problem, str) and problem.strip() else None,
+        "answer": last_boxed(r.get("solution")),
+        "topic": r.get("type"),
+    }
 
 
 def math_rows(records: Iterable[Mapping]) -> tuple[list[Row], RowReport]:

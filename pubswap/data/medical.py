@@ -34,9 +34,11 @@ def _medqa_fields(r: Mapping) -> dict:
     q = r.get("question")
     ok = isinstance(q, str) and q.strip() and _options_ok(options)
     answer, meta = r.get("answer_idx"), r.get("meta_info")
-    return {"prompt": choice_prompt(q, options) if ok else None,
-            "answer": answer if answer in tuple(LETTERS) else None,
-            "topic": f"USMLE {meta}" if isinstance(meta, str) and meta.strip() else "USMLE"}
+    return {
+        "prompt": choice_prompt(q, options) if ok else None,
+        "answer": answer if answer in tuple(LETTERS) else None,
+        "topic": f"USMLE {meta}" if isinstance(meta, str) and meta.strip() else "USMLE",
+    }
 
 
 def _medmcqa_fields(r: Mapping) -> dict:
@@ -45,8 +47,11 @@ def _medmcqa_fields(r: Mapping) -> dict:
     ok = isinstance(q, str) and q.strip() and _options_ok(options)
     cop = r.get("cop")
     valid_cop = isinstance(cop, int) and not isinstance(cop, bool) and 0 <= cop < len(LETTERS)
-    return {"prompt": choice_prompt(q, options) if ok else None,
-            "answer": LETTERS[cop] if valid_cop else None, "topic": r.get("subject_name")}
+    return {
+        "prompt": choice_prompt(q, options) if ok else None,
+        "answer": LETTERS[cop] if valid_cop else None,
+        "topic": r.get("subject_name"),
+    }
 
 
 def medqa_rows(records: Iterable[Mapping]) -> tuple[list[Row], RowReport]:

@@ -28,8 +28,10 @@ def private_batch(seed: int, client: int, n_rows: int, b: int, index: int) -> li
     """Row indices of the client's `index`-th private batch (0-based) of `b` prompts."""
     if n_rows < 1 or b < 1 or index < 0:
         raise ValueError(f"need n_rows >= 1, b >= 1, index >= 0; got {n_rows}, {b}, {index}")
-    return [int(_permutation(seed, client, epoch, n_rows)[k])
-            for epoch, k in (divmod(pos, n_rows) for pos in range(index * b, (index + 1) * b))]
+    return [
+        int(_permutation(seed, client, epoch, n_rows)[k])
+        for epoch, k in (divmod(pos, n_rows) for pos in range(index * b, (index + 1) * b))
+    ]
 
 
 def private_steps_before(federation, seed: int, client: int, round_idx: int, step: int) -> int:

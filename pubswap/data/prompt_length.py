@@ -21,8 +21,9 @@ def chat_prompt_ids(tokenizer, prompt: str, context: Sequence[dict] = ()) -> lis
     return list(ids["input_ids"] if isinstance(ids, dict) else ids)
 
 
-def drop_long_prompts(rows: Sequence[Row], report: RowReport, count_tokens: Callable[[Row], int],
-                      max_len: int) -> list[Row]:
+def drop_long_prompts(
+    rows: Sequence[Row], report: RowReport, count_tokens: Callable[[Row], int], max_len: int
+) -> list[Row]:
     """The rows whose prompt (with its context) has at most `max_len` tokens; the others are counted."""
     kept = []
     for i, row in enumerate(rows):

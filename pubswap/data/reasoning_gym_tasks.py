@@ -71,8 +71,7 @@ def _example(name: str, settings: Mapping, seed: int) -> dict:
     a row that happens to equal it would only be seen with its own answer shown."""
     import reasoning_gym
 
-    return reasoning_gym.create_dataset(name, size=1, seed=derive_seed(seed, "rg-example", name) % 2**31,
-                                        **settings)[0]
+    return reasoning_gym.create_dataset(name, size=1, seed=derive_seed(seed, "rg-example", name) % 2**31, **settings)[0]
 
 
 def format_prompt(question: str) -> str:
@@ -81,8 +80,10 @@ def format_prompt(question: str) -> str:
 
 def one_shot(question: str, answer: str) -> list[dict]:
     """The chat turns shown before each prompt of a task: one solved example in the asked format."""
-    return [{"role": "user", "content": format_prompt(question)},
-            {"role": "assistant", "content": f"\\boxed{{{answer}}}"}]
+    return [
+        {"role": "user", "content": format_prompt(question)},
+        {"role": "assistant", "content": f"\\boxed{{{answer}}}"},
+    ]
 
 
 def reasoning_gym_rows(tasks, size_per_task: int, seed: int) -> tuple[list[Row], RowReport]:
@@ -98,8 +99,15 @@ def reasoning_gym_rows(tasks, size_per_task: int, seed: int) -> tuple[list[Row],
         context = tuple(one_shot(example["question"], example["answer"]))
         for i in range(size_per_task):
             item = ds[i]
-            raw.append({"prompt": format_prompt(item["question"]), "answer": item["answer"], "topic": name,
-                        "ref": f"{REF_PREFIX}{name}:{size_per_task}:{i}", "context": context})
+            raw.append(
+                {
+                    "prompt": format_prompt(item["question"]),
+                    "answer": item["answer"],
+                    "topic": name,
+                    "ref": f"{REF_PREFIX}{name}:{size_per_task}:{i}",
+                    "context": context,
+                }
+            )
     return validate_rows(raw)
 
 
@@ -116,7 +124,7 @@ class ReasoningGymReward:
 
         if not isinstance(response, str) or not ref.startswith(REF_PREFIX):
             return 0.0
-        name, size, index = ref[len(REF_PREFIX):].rsplit(":", 2)
+        name, size, index = ref[len(REF_PREFIX) :].rsplit(":", 2)
         given = last_boxed(response[-MAX_CHARS:])
         if given is None and self.lenient:
             lines = [ln for ln in response.strip().splitlines() if ln.strip()]

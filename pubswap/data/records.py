@@ -32,16 +32,18 @@ def check_file(path: str) -> None:
         import pyarrow.parquet as pq
 
         try:
-            pq.ParquetFile(p).schema_arrow
+            _ = pq.ParquetFile(p).schema_arrow  # reading the footer is the check
         except Exception as e:
-            raise DataFileError(f"{p}: not a readable parquet file ({type(e).__name__}: {str(e).splitlines()[0]})")
+            raise DataFileError(
+                f"{p}: not a readable parquet file ({type(e).__name__}: {str(e).splitlines()[0]})"
+            ) from None
         return
     text = p.read_text(errors="replace")
     if p.suffix == ".json" and text.lstrip().startswith("["):
         try:
             records = json.loads(text)
         except json.JSONDecodeError as e:
-            raise DataFileError(f"{p}: line {e.lineno}: bad JSON ({e.msg})")
+            raise DataFileError(f"{p}: line {e.lineno}: bad JSON ({e.msg})") from None
         bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
         if bad is not None:
             raise DataFileError(f"{p}: record {bad}: not a JSON object")
@@ -52,7 +54,7 @@ def check_file(path: str) -> None:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise DataFileError(f"{p}: line {number}: bad JSON ({e.msg})")
+            raise DataFileError(f"{p}: line {number}: bad JSON ({e.msg})") from None
         if not isinstance(record, dict):
             raise DataFileError(f"{p}: line {number}: not a JSON object")
 
@@ -63,8 +65,9 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
         raise FileNotFoundError(f"{path}: no {'/'.join(SUFFIXES)} files in this folder")
     kinds = {SUFFIXES.get(p.suffix) for p in files}
     if None in kinds or len(kinds) != 1:
-        raise ValueError(f"{path}: expected .parquet, .jsonl or .json files of one kind, got "
-                         f"{sorted({p.suffix for p in files})}")
+        raise ValueError(
+            f"{path}: expected .parquet, .jsonl or .json files of one kind, got {sorted({p.suffix for p in files})}"
+        )
     return kinds.pop(), [str(p) for p in files]
 
 
@@ -81,8 +84,10 @@ def load_records(source: str, split: str = "train", config: str | None = None) -
             ds = datasets.load_dataset(builder, data_files=files, split="train")
         except Exception as e:  # e.g. one field with different types on different lines
             cause = e.__cause__ or e
-            raise DataFileError(f"{path}: cannot be read as a table ({type(cause).__name__}: "
-                                f"{str(cause).splitlines()[0] if str(cause) else ''})") from e
+            raise DataFileError(
+                f"{path}: cannot be read as a table ({type(cause).__name__}: "
+                f"{str(cause).splitlines()[0] if str(cause) else ''})"
+            ) from e
     elif is_hub_id(source):
         ds = datasets.load_dataset(source, config, split=split)
     else:

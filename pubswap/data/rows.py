@@ -77,8 +77,15 @@ def validate_rows(raw: Iterable[Mapping], default_topic: str | None = None) -> t
         elif not topic and not default_topic:
             reject("missing_topic", i)
         else:
-            rows.append(Row(prompt=prompt, answer=answer, topic=topic or default_topic, ref=str(item.get("ref") or ""),
-                            context=tuple(item.get("context") or ())))
+            rows.append(
+                Row(
+                    prompt=prompt,
+                    answer=answer,
+                    topic=topic or default_topic,
+                    ref=str(item.get("ref") or ""),
+                    context=tuple(item.get("context") or ()),
+                )
+            )
     report.kept = len(rows)
     return rows, report
 

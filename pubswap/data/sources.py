@@ -1,11 +1,11 @@
 """The dataset a run trains on, by `data.source`: one loader per source, all mapping to rows.
 
-    reasoning_gym  procedural offline tasks (the default; `data.tasks`)
-    math           MATH; data.paths = [file or folder] or [] for the hub
-    deepmath       DeepMath-103K; data.paths = [file or folder] or []; data.subsample (paper: 20000)
-    medical        MedQA + MedMCQA; data.paths = [medqa, medmcqa] or [] for the hub
-    sst2, rte, boolq   the decentralized leaderboard's classification tasks (label = answer, exact reward);
-                   data.paths = [file or folder] or [] for the hub
+reasoning_gym  procedural offline tasks (the default; `data.tasks`)
+math           MATH; data.paths = [file or folder] or [] for the hub
+deepmath       DeepMath-103K; data.paths = [file or folder] or []; data.subsample (paper: 20000)
+medical        MedQA + MedMCQA; data.paths = [medqa, medmcqa] or [] for the hub
+sst2, rte, boolq   the decentralized leaderboard's classification tasks (label = answer, exact reward);
+               data.paths = [file or folder] or [] for the hub
 """
 
 from __future__ import annotations

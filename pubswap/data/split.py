@@ -37,8 +37,11 @@ class FederatedSplit:
     def fingerprint(self) -> str:
         """sha256 over every row of every set, in order: a resumed run must see the same data."""
         h = hashlib.sha256()
-        for name, part in [*((f"client_{i}", c) for i, c in enumerate(self.clients)), ("public", self.public),
-                           ("test", self.test)]:
+        for name, part in [
+            *((f"client_{i}", c) for i, c in enumerate(self.clients)),
+            ("public", self.public),
+            ("test", self.test),
+        ]:
             h.update(f"[{name}:{len(part)}]".encode())
             for r in part:
                 extra = [r.ref, list(r.context)] if r.ref or r.context else []  # older rows hash as before
@@ -63,14 +66,16 @@ def dirichlet_split(
         raise ValueError("public_size and test_size must be >= 0")
     needed = num_clients * per_client + public_size + test_size
     if len(rows) < needed:
-        raise DataError(f"{len(rows)} rows are too few: {num_clients} clients x {per_client} + "
-                         f"{public_size} public + {test_size} test = {needed}")
+        raise DataError(
+            f"{len(rows)} rows are too few: {num_clients} clients x {per_client} + "
+            f"{public_size} public + {test_size} test = {needed}"
+        )
 
     gen = rng(seed, "split")
     order = gen.permutation(len(rows))
     test = [rows[i] for i in order[:test_size]]
-    public = [rows[i] for i in order[test_size:test_size + public_size]]
-    remaining = [rows[i] for i in order[test_size + public_size:]]
+    public = [rows[i] for i in order[test_size : test_size + public_size]]
+    remaining = [rows[i] for i in order[test_size + public_size :]]
 
     topics = sorted({r.topic for r in remaining})
     by_topic: list[list[Row]] = [[r for r in remaining if r.topic == t] for t in topics]
@@ -104,6 +109,9 @@ def format_histogram(split: FederatedSplit) -> str:
     width = max([len(t) for t in topics] + [6])
     lines = ["set".ljust(10) + "".join(t.rjust(width + 1) for t in topics) + "total".rjust(8)]
     for name, counts in hist.items():
-        lines.append(name.ljust(10) + "".join(str(counts[t]).rjust(width + 1) for t in topics)
-                     + str(sum(counts.values())).rjust(8))
+        lines.append(
+            name.ljust(10)
+            + "".join(str(counts[t]).rjust(width + 1) for t in topics)
+            + str(sum(counts.values())).rjust(8)
+        )
     return "\n".join(lines)
