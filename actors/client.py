@@ -32,21 +32,21 @@ from actors.collective import tensor_device
 from actors.engine_watchdog import EngineWatchdog, engine_processes
 from actors.gossip_peer import GossipPeer
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
-from pubswap.aggregation import Context, make_strategy
+from pubswap.algorithms.aggregation import Context, make_strategy
+from pubswap.algorithms.grpo import group_advantages, zero_advantage_fraction
+from pubswap.algorithms.swap import Response
 from pubswap.config import RunConfig, from_dict
 from pubswap.data.order import private_batch, private_steps_before
 from pubswap.data.prompt_length import chat_prompt_ids
+from pubswap.data.rewards import in_format, make_row_reward
 from pubswap.data.rows import Row
-from pubswap.faults import maybe_crash
-from pubswap.full_trainer import FullGRPOTrainer
-from pubswap.grpo import group_advantages, zero_advantage_fraction
+from pubswap.learner.full_trainer import FullGRPOTrainer
+from pubswap.learner.trainer import DTYPES, LoraGRPOTrainer, Sample
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, truncate_rank, unflatten
-from pubswap.rewards import in_format, make_row_reward
+from pubswap.run.faults import maybe_crash
+from pubswap.run.step_checkpoint import load_optimizer_state, optimizer_state
+from pubswap.run.timing import PhaseTimer
 from pubswap.seeding import derive_seed
-from pubswap.step_checkpoint import load_optimizer_state, optimizer_state
-from pubswap.swap import Response
-from pubswap.timing import PhaseTimer
-from pubswap.trainer import DTYPES, LoraGRPOTrainer, Sample
 
 CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
 
@@ -76,7 +76,7 @@ def bind_engine_cores(slot: int, cpus: float) -> None:
 
 
 def timed_call(method):
-    """An actor entry point: its wall time is busy time of the actor's PhaseTimer (pubswap/timing.py)."""
+    """An actor entry point: its wall time is busy time of the actor's PhaseTimer (pubswap/run/timing.py)."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
@@ -117,9 +117,9 @@ class ClientCore(GossipPeer):
         slot: int = 0,
     ):
         """`engine_gpu_fraction`: vLLM's share of the whole card, from the driver's GPU budget
-        (pubswap/gpu_budget.py); None on CPU. `slot`: this actor's index, which picks the CPU cores its
+        (pubswap/learner/gpu_budget.py); None on CPU. `slot`: this actor's index, which picks the CPU cores its
         engine binds to on a CPU-only node."""
-        self.timer = PhaseTimer()  # where this actor's time goes (pubswap/timing.py); the driver takes it
+        self.timer = PhaseTimer()  # where this actor's time goes (pubswap/run/timing.py); the driver takes it
         if not shards:
             raise ValueError("a client actor must host at least one client")
         self.cfg: RunConfig = from_dict(cfg)
@@ -250,7 +250,7 @@ class ClientCore(GossipPeer):
 
     def train_states(self, cids: Sequence[int]) -> dict[int, dict]:
         """Each client's adapter and optimizer state (moments, step count) as CPU tensors, for an
-        in-round checkpoint (pubswap/step_checkpoint.py)."""
+        in-round checkpoint (pubswap/run/step_checkpoint.py)."""
         return {
             cid: {"adapter": dict(self.clients[cid].adapter), "opt": optimizer_state(self.clients[cid].optimizer)}
             for cid in self._hosted(cids)
@@ -559,7 +559,7 @@ class ClientActor(ClientCore):
         shutil.rmtree(self.adapter_dir, ignore_errors=True)
 
     def take_timing(self) -> dict[str, float]:
-        """Seconds per phase since the last take (pubswap/timing.py), then reset."""
+        """Seconds per phase since the last take (pubswap/run/timing.py), then reset."""
         return self.timer.take()
 
     def ping(self) -> tuple[list[int], int]:

@@ -3,7 +3,7 @@ chocosgd-lora, seedflood).
 
 Each hosted logical client keeps its own tensors across rounds (the LoRA tensors, or every weight for
 the full-parameter methods; there is no global model) and, every `gossip_every` local steps,
-exchanges with its graph neighbours only (pubswap/topology.py), wherever they are hosted: the driver
+exchanges with its graph neighbours only (pubswap/algorithms/topology.py), wherever they are hosted: the driver
 hands each actor the object refs of exactly the payloads its clients' neighbours put, so no server and
 no all-to-all is involved.
 
@@ -29,12 +29,19 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from pubswap.aggregation.payload import dense, payload_bytes
-from pubswap.faults import maybe_crash
-from pubswap.gossip import SeedMessage, apply_messages, choco_consensus, choco_message, make_compressor, mix_row
+from pubswap.algorithms.aggregation.payload import dense, payload_bytes
+from pubswap.algorithms.gossip import (
+    SeedMessage,
+    apply_messages,
+    choco_consensus,
+    choco_message,
+    make_compressor,
+    mix_row,
+)
+from pubswap.algorithms.topology import make_topology
 from pubswap.lora import Adapter, flatten
+from pubswap.run.faults import maybe_crash
 from pubswap.seeding import derive_seed
-from pubswap.topology import make_topology
 
 
 class GossipPeer:

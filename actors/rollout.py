@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pubswap.rollout_limits import vllm_max_lora_rank
+from pubswap.learner.rollout_limits import vllm_max_lora_rank
 
 ADAPTER_DIR_PREFIX = "pubswap-adapters-"
 
@@ -37,7 +37,7 @@ class VLLMEngine:
 
     On a GPU: CUDA graphs (LoRA runs with them in current vLLM) unless `enforce_eager`, vLLM's scheduler
     defaults unless `max_num_batched_tokens` is set, `gpu_memory_utilization` of the WHOLE card (the
-    driver derives it from the actor's share: pubswap/gpu_budget.py), and optionally sleep mode: the
+    driver derives it from the actor's share: pubswap/learner/gpu_budget.py), and optionally sleep mode: the
     engine frees its weights and KV cache while the trainer runs and is woken for the next rollout.
     On CPU: eager mode and small scheduler budgets (they size the CPU worker's buffers, and its RAM).
     """
@@ -252,7 +252,7 @@ class HFEngine:
         import torch
         from transformers import AutoModelForCausalLM
 
-        from pubswap.trainer import DTYPES
+        from pubswap.learner.trainer import DTYPES
 
         self.torch = torch
         self.device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
@@ -285,7 +285,7 @@ class HFEngine:
         version, weights = self._weights.get(key, (None, None))
         if weights is None or self._loaded_weights == (key, version):
             return
-        from pubswap.full_model import load_weights
+        from pubswap.learner.full_model import load_weights
 
         load_weights(self.model, weights)
         self._loaded_weights = (key, version)

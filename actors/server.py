@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import ray
 
-from pubswap.aggregation import Context, make_strategy, payload_bytes
+from pubswap.algorithms.aggregation import Context, make_strategy, payload_bytes
+from pubswap.algorithms.swap import swap
 from pubswap.config import from_dict
 from pubswap.data.rows import Row
 from pubswap.seeding import rng
-from pubswap.swap import swap
 
 
 # The server's state is its constructor's arguments (public and test sets) plus what one step puts in
@@ -28,7 +28,7 @@ class ServerActor:
         self.seen_prompts: set[str] = set()
 
     def aggregate(self, round_idx: int, start: dict, weights: dict[int, float], *uploads: dict) -> tuple:
-        """A non-linear strategy's server step (pubswap/aggregation/base.py): `uploads[a]` is the a-th
+        """A non-linear strategy's server step (pubswap/algorithms/aggregation/base.py): `uploads[a]` is the a-th
         actor's {client id: payload}; `weights` the participants' weights. Returns two objects (call it
         with num_returns=2): the download, which every client actor fetches, and for the driver the new
         global adapter and the bytes each client sent and receives."""

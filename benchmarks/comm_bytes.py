@@ -27,7 +27,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pubswap.aggregation import STRATEGIES  # noqa: E402
+from pubswap.algorithms.aggregation import STRATEGIES  # noqa: E402
 
 # (hidden, intermediate, layers, q_dim, kv_dim); configs/models/*.json where we have them
 SHAPES = {

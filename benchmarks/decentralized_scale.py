@@ -29,7 +29,7 @@ from scaling import PeakMemory  # noqa: E402
 
 from jobs.train import build_split, run_gossip_round  # noqa: E402
 from pubswap.config import load_config  # noqa: E402
-from pubswap.timing import breakdown  # noqa: E402
+from pubswap.run.timing import breakdown  # noqa: E402
 
 
 def one(model_dir: Path, out: Path, n: int, topology: str, method: str, actors: int) -> dict:

@@ -28,9 +28,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pubswap.checkpoint import latest_checkpoint  # noqa: E402
 from pubswap.config import load_config  # noqa: E402
-from pubswap.faults import ENV  # noqa: E402
+from pubswap.run.checkpoint import latest_checkpoint  # noqa: E402
+from pubswap.run.faults import ENV  # noqa: E402
 
 
 def run(cfg_path: Path, fault: dict | None, fault_file: Path, log: Path) -> tuple[int, float]:

@@ -6,7 +6,7 @@ Every client holds a copy of the shared tensors (LoRA r=8 on SmolLM2-135M's 7 li
 blocks: 2.4M values, or a small stand-in shape of 2 blocks); one gossip round is DSGD's mixing, CHOCO-SGD's
 compressed exchange (top-10% values + positions: a bitmask, gamma 0.2) or SeedFlood's flooding of one
 (seed, scalar) message per client plus applying the messages that arrived. No GRPO step runs here: this
-is the cost of the communication layer that the decentralized methods add (pubswap/gossip.py), in one
+is the cost of the communication layer that the decentralized methods add (pubswap/algorithms/gossip.py), in one
 process. Memory per client: the tensors it must keep (its x; CHOCO also the public copies of itself
 and its neighbours).
 """
@@ -23,8 +23,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pubswap.gossip import Choco, SeedMessage, apply_messages, flood, flood_period, mix, top_k  # noqa: E402
-from pubswap.topology import make_topology  # noqa: E402
+from pubswap.algorithms.gossip import Choco, SeedMessage, apply_messages, flood, flood_period, mix, top_k  # noqa: E402
+from pubswap.algorithms.topology import make_topology  # noqa: E402
 
 MODELS = {  # name -> list of (rows, cols) LoRA tensors
     "smollm2-lora": [

@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_budget_table.py [--card-gib 80] [--micro-batch-tokens 16384]
 
-Shapes are counted on the meta device from configs/models/*.json; the needs are pubswap/gpu_budget.py's
+Shapes are counted on the meta device from configs/models/*.json; the needs are pubswap/learner/gpu_budget.py's
 estimates for one logical client per actor, b x K x (1024 + 2048) tokens, bf16 base, LoRA r=32 fp32,
 gradient checkpointing on. Prints the trainer's and the engine's minimum, and whether the default split
 (rollout.gpu_memory_utilization=0.5) fits one actor per card and two per card.
@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--logprob-chunk", type=int, default=1024)
     args = ap.parse_args()
 
-    from pubswap.gpu_budget import GIB, GpuBudgetError, engine_need, model_shape, split_gpu, trainer_need
+    from pubswap.learner.gpu_budget import GIB, GpuBudgetError, engine_need, model_shape, split_gpu, trainer_need
 
     print(
         f"| model | params | LoRA params (MiB fp32) | trainer GiB (weights / LoRA+AdamW / activations / logits / "

@@ -54,7 +54,7 @@ def _device():
 def _samples(n: int, prompt_len: int, response_len: int, vocab: int, seed: int = 1, ragged: bool = False):
     import torch
 
-    from pubswap.trainer import Sample
+    from pubswap.learner.trainer import Sample
 
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -101,7 +101,7 @@ def exactness(args):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.trainer import LoraGRPOTrainer
+    from pubswap.learner.trainer import LoraGRPOTrainer
 
     def run(budget):
         torch.manual_seed(0)
@@ -140,7 +140,7 @@ def _paper_step(args, deterministic: bool = False, repeats: int = 1):
     from peft import get_peft_model_state_dict  # noqa: F401 (peft must import)
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.trainer import LoraGRPOTrainer
+    from pubswap.learner.trainer import LoraGRPOTrainer
 
     model, cfg = _qwen3(args, torch.bfloat16)
     grpo = GRPOConfig(

@@ -35,11 +35,11 @@ def main() -> None:
 
     from actors.rollout import VLLMEngine
     from jobs.train import build_split
+    from pubswap.algorithms.evaluation import score
     from pubswap.config import load_config
     from pubswap.data.prompt_length import chat_prompt_ids
-    from pubswap.evaluation import score
+    from pubswap.data.rewards import in_format, make_row_reward
     from pubswap.models import resolve_model
-    from pubswap.rewards import in_format, make_row_reward
     from pubswap.seeding import derive_seed
 
     cfg = load_config(args.config, [*args.overrides, f"data.test_size={args.prompts}"])

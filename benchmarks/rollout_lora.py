@@ -44,9 +44,9 @@ def main() -> None:
 
     from actors.rollout import VLLMEngine
     from pubswap.config import GRPOConfig, LoraConfig
+    from pubswap.learner.trainer import LoraGRPOTrainer, Sample
     from pubswap.lora import save_adapter
     from pubswap.models import resolve_model
-    from pubswap.trainer import LoraGRPOTrainer, Sample
 
     model_dir = resolve_model(args.model, Path("runs/_models").resolve())
     lora = LoraConfig(r=args.r, alpha=2 * args.r)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 from jobs.train import build_split, run_round  # noqa: E402
 from pubswap.config import load_config  # noqa: E402
 from pubswap.models import resolve_model  # noqa: E402
-from pubswap.timing import breakdown  # noqa: E402
+from pubswap.run.timing import breakdown  # noqa: E402
 
 
 class PeakMemory:

@@ -3,7 +3,7 @@
     python benchmarks/step_checkpoint.py [--model qwen3-1.7b.json] [--r 32] [--step-s 45] [--upload-mbs 200]
 
 One logical client's in-round state is its LoRA adapter and AdamW's two moments, all fp32, plus a step
-count per tensor (pubswap/step_checkpoint.py). The LoRA shapes are counted from configs/models/<model>
+count per tensor (pubswap/run/step_checkpoint.py). The LoRA shapes are counted from configs/models/<model>
 on the meta device (all linear layers, rank r). The script writes one client's real checkpoint to this
 machine's disk with the production code (safetensors, sha256, fsync, rename) and times it (median of 3);
 32 clients per actor are computed as 32x (one file of 32x the tensors: the write is linear in bytes).
@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--upload-mbs", type=float, default=200.0, help="object-store upload bandwidth, MB/s")
     args = ap.parse_args()
 
-    from pubswap import step_checkpoint
+    from pubswap.run import step_checkpoint
 
     shapes = lora_shapes(REPO / "configs" / "models" / args.model, args.r)
     values = sum(int(__import__("math").prod(s)) for s in shapes.values())

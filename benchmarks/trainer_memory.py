@@ -38,7 +38,7 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.trainer import LoraGRPOTrainer, Sample
+    from pubswap.learner.trainer import LoraGRPOTrainer, Sample
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -27,16 +27,16 @@ from actors.collective import CollectiveSetupError, check_backend_deps, choose_b
 from actors.server import ServerActor
 from placement import assign_clients, bundle_strategy, client_bundles, cluster_has_gpus, reserve
 from placement.probe import probe_bundles
-from pubswap.aggregation import make_strategy, normalized_weights
+from pubswap.algorithms.aggregation import make_strategy, normalized_weights
+from pubswap.algorithms.evaluation import Score, score
+from pubswap.algorithms.gossip import flood_period, mixing_rows
+from pubswap.algorithms.participation import participants
+from pubswap.algorithms.topology import make_topology
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
-from pubswap.evaluation import Score, score
-from pubswap.gossip import flood_period, mixing_rows
-from pubswap.gpu_budget import GpuBudgetError, model_shape
-from pubswap.gpu_budget import plan as plan_budget
+from pubswap.learner.gpu_budget import GpuBudgetError, model_shape
+from pubswap.learner.gpu_budget import plan as plan_budget
 from pubswap.lora import Adapter, num_bytes
-from pubswap.participation import participants
-from pubswap.topology import make_topology
 
 ACTOR_FAILURES = (RayActorError, ActorUnavailableError, ObjectLostError, OwnerDiedError)
 
@@ -256,7 +256,7 @@ class Federation:
         self.calls_s = 0.0
 
     def take_timing(self) -> list[dict[str, float]]:
-        """Each client actor's seconds per phase since the last take (pubswap/timing.py)."""
+        """Each client actor's seconds per phase since the last take (pubswap/run/timing.py)."""
         return self._call([a.take_timing.remote() for a in self.actors])
 
     def recover(self, global_adapter: Adapter, states: dict | None = None, restart: bool = True) -> float:
@@ -304,7 +304,7 @@ class Federation:
     def flood(self, round_idx: int, step: int) -> dict:
         """SeedFlood's gossip: every client's messages of the period are flooded over the graph until
         every client holds all of them, then every client applies them (actors/gossip_peer.py). The
-        flood's hops and each client's bytes are those of the protocol on this graph (pubswap.gossip.
+        flood's hops and each client's bytes are those of the protocol on this graph (pubswap.algorithms.gossip.
         flood_period: each message forwarded once by every client to each neighbour); the messages
         reach the actors in one call, since each holds all of them after `hops` (<= diameter) hops."""
         per_actor = self._call([a.flood_messages.remote(round_idx, step) for a in self.actors])

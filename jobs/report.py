@@ -134,8 +134,8 @@ def table(run_dirs: list[Path], reference: Path | None = None) -> str:
 
 def run_curve(run_dir: Path):
     """The run's pass@1 and reward per round, for the plot."""
-    from pubswap.metrics_log import read_records
-    from pubswap.plots import curve, label_of
+    from pubswap.run.metrics_log import read_records
+    from pubswap.run.plots import curve, label_of
 
     cfg = json.loads((run_dir / "config.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         print(table(args.run_dirs, args.reference))
-        from pubswap.plots import plot
+        from pubswap.run.plots import plot
 
         print(f"plot: {plot([run_curve(d) for d in args.run_dirs], args.plot)}")
     except FileNotFoundError as e:

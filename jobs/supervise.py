@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--max-retries must be >= 0")
     working_dir = Path(args.working_dir).resolve()
     run_dir = run_dir_of(command, working_dir)
-    from pubswap.storage import is_uri
+    from pubswap.run.storage import is_uri
 
     if not run_dir or not (is_uri(run_dir) or Path(run_dir).is_absolute()):
         parser.error(

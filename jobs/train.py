@@ -25,9 +25,17 @@ from pathlib import Path
 from jobs.centralized import centralize
 from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
-from pubswap import metrics_log, step_checkpoint
-from pubswap.aggregation.base import weighted_mean
-from pubswap.checkpoint import (
+from pubswap.algorithms.aggregation.base import weighted_mean
+from pubswap.algorithms.evaluation import Score
+from pubswap.config import CENTRALIZED, ConfigError, RunConfig, load_config, resume_conflicts
+from pubswap.data import dirichlet_split, format_histogram
+from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
+from pubswap.data.sources import load_source
+from pubswap.data.split import FederatedSplit
+from pubswap.lora import Adapter, num_bytes, squared_distance
+from pubswap.models import resolve_model
+from pubswap.run import metrics_log, step_checkpoint
+from pubswap.run.checkpoint import (
     Checkpoint,
     ResumeError,
     collect_temp,
@@ -42,23 +50,15 @@ from pubswap.checkpoint import (
     verify,
     write_text_atomic,
 )
-from pubswap.config import CENTRALIZED, ConfigError, RunConfig, load_config, resume_conflicts
-from pubswap.data import dirichlet_split, format_histogram
-from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
-from pubswap.data.sources import load_source
-from pubswap.data.split import FederatedSplit
-from pubswap.evaluation import Score
-from pubswap.faults import ENV as FAULT_ENV
-from pubswap.faults import maybe_crash
-from pubswap.lease import Lease, LeaseHeld, LeaseLost
-from pubswap.loggers import RunLogger
-from pubswap.lora import Adapter, num_bytes, squared_distance
-from pubswap.metrics_log import read_records
-from pubswap.models import resolve_model
-from pubswap.plots import curve, label_of, plot
+from pubswap.run.faults import ENV as FAULT_ENV
+from pubswap.run.faults import maybe_crash
+from pubswap.run.lease import Lease, LeaseHeld, LeaseLost
+from pubswap.run.loggers import RunLogger
+from pubswap.run.metrics_log import read_records
+from pubswap.run.plots import curve, label_of, plot
+from pubswap.run.storage import StorageError, is_uri, open_run
+from pubswap.run.timing import breakdown, format_breakdown
 from pubswap.seeding import rng
-from pubswap.storage import StorageError, is_uri, open_run
-from pubswap.timing import breakdown, format_breakdown
 
 # what a run writes into run_dir (besides LEASE): removed by --start-over, mirrored to a URI run_dir
 RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "summary.json", "progress.png", "config.json")
@@ -136,7 +136,7 @@ def _round_record(
         "participants": parts,
         "steps": steps,
         "drift_sq": [a["drift_sq"] for a in avg],
-        "time": {},  # run_round fills in the breakdown (pubswap/timing.py)
+        "time": {},  # run_round fills in the breakdown (pubswap/run/timing.py)
         # upload / download: what each participant sends and receives under the aggregation strategy
         # (values + positions for sparse payloads, in the dtype sent); public_pool: the public steps'
         # responses, up to the server and back (all clients). Adapters move between actors, not logical
@@ -154,7 +154,7 @@ def _round_record(
 
 
 class InRoundCheckpoints:
-    """The driver's side of in-round checkpoints (pubswap/step_checkpoint.py): every
+    """The driver's side of in-round checkpoints (pubswap/run/step_checkpoint.py): every
     `checkpoint.every_steps` steps of a federated round, under the lease, persisted like any commit."""
 
     def __init__(self, ckpt_dir: Path, every: int, persist, run):
@@ -381,7 +381,7 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
     lease on run_dir interrupts the driver at once instead of at its next commit. `start_over` discards
     whatever run run_dir holds (after taking its lease) instead of resuming it.
 
-    A run_dir URI (s3://, gs://) is worked on through a node-local mirror (pubswap/storage.py): pulled
+    A run_dir URI (s3://, gs://) is worked on through a node-local mirror (pubswap/run/storage.py): pulled
     from the store here, every commit pushed to it right after it is made locally."""
     t0 = time.perf_counter()
     f, ft = cfg.federation, cfg.fault_tolerance
@@ -457,7 +457,7 @@ def _train_rounds(
 ) -> dict:
     """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first.
     `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record.
-    `run` (pubswap.storage) persists each local commit to a URI run_dir's store."""
+    `run` (pubswap.run.storage) persists each local commit to a URI run_dir's store."""
     user_cfg = user_cfg or cfg
 
     def persist(*rels: str) -> None:
@@ -770,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     from actors.collective import CollectiveSetupError
     from placement import PlacementError
     from pubswap.data.rows import DataError
-    from pubswap.gpu_budget import GpuBudgetError
+    from pubswap.learner.gpu_budget import GpuBudgetError
 
     stop_on_sigterm()
     stop_with_parent()  # inside `ray job submit`: a killed entrypoint shell ends this driver too

@@ -22,8 +22,8 @@ import yaml
 
 from pubswap.data.sources import PATHS_PER_SOURCE, SOURCES
 from pubswap.hub import is_hub_id
-from pubswap.loggers import LOGGERS
 from pubswap.models import BUILTIN_PREFIX, BUILTINS, is_builtin
+from pubswap.run.loggers import LOGGERS
 
 
 class ConfigError(ValueError):
@@ -31,7 +31,7 @@ class ConfigError(ValueError):
 
 
 def _check_aggregation_kwargs(f) -> None:
-    from pubswap.aggregation import STRATEGIES, strategy_params
+    from pubswap.algorithms.aggregation import STRATEGIES, strategy_params
 
     known = strategy_params(f.aggregation)
     for key, value in f.aggregation_kwargs.items():
@@ -47,7 +47,7 @@ def _check_aggregation_kwargs(f) -> None:
         raise ConfigError(f"federation.aggregation_kwargs: {e}") from None
 
 
-# serverless methods: each client exchanges with its graph neighbours only (pubswap/gossip.py). The -lora
+# serverless methods: each client exchanges with its graph neighbours only (pubswap/algorithms/gossip.py). The -lora
 # forms gossip the LoRA tensors; dsgd, chocosgd and seedflood train and exchange every weight of the model
 FULL_PARAMETER = ("dsgd", "chocosgd", "seedflood")
 DECENTRALIZED = ("dsgd-lora", "chocosgd-lora", *FULL_PARAMETER)
@@ -64,7 +64,15 @@ CENTRALIZED = ("centralized", "centralized-full")
 METHODS = ("fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random", *DECENTRALIZED, *CENTRALIZED)
 TOPOLOGIES = ("ring", "meshgrid", "torus", "complete", "edges")
 COMPRESSORS = ("top-k", "rand-k", "identity")
-AGGREGATIONS = ("fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu")  # pubswap/aggregation/
+AGGREGATIONS = (
+    "fedit",
+    "ffa-lora",
+    "flexlora",
+    "fed-dare",
+    "fedsrd",
+    "fedsrd-e",
+    "fedicu",
+)  # pubswap/algorithms/aggregation/
 WEIGHTINGS = ("uniform", "samples")
 REWARDS = ("auto", "math", "exact", "choice", "reasoning_gym")
 SOURCE_REWARDS = {
@@ -233,7 +241,7 @@ class RolloutConfig:
     backend: str = "vllm"  # "vllm" (real engine) or "hf" (transformers.generate; for toy models / no vLLM)
     kv_cache_gib: float = 1.0  # VLLM_CPU_KVCACHE_SPACE on CPU
     # on GPU: the engine's fraction of its actor's GPU share (the trainer gets the rest); vLLM is handed
-    # this x resources.gpus_per_client, so actors sharing a card split it (pubswap/gpu_budget.py)
+    # this x resources.gpus_per_client, so actors sharing a card split it (pubswap/learner/gpu_budget.py)
     gpu_memory_utilization: float = 0.5
     sleep_mode: bool = False  # GPU only: the engine frees its weights and KV cache while the trainer runs
     enforce_eager: bool | None = None  # None: CUDA graphs on GPU, eager on CPU
@@ -295,7 +303,7 @@ class RunConfig:
     # GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see docs/gpu.md)
     deterministic: bool = False
     # where metrics go besides metrics.jsonl: console, tensorboard (run_dir/tensorboard), wandb (optional,
-    # needs `pip install wandb`); pubswap/loggers.py
+    # needs `pip install wandb`); pubswap/run/loggers.py
     logger: list[str] = field(default_factory=lambda: ["console", "tensorboard"])
 
     def to_dict(self) -> dict[str, Any]:
@@ -497,7 +505,7 @@ def validate(cfg: RunConfig) -> None:
     need(0 < f.choco_fraction <= 1, "federation.choco_fraction", f"must be in (0, 1], got {f.choco_fraction}")
     need(f.eval_clients >= 0, "federation.eval_clients", "must be >= 0")
     if f.decentralized:
-        from pubswap.topology import make_topology
+        from pubswap.algorithms.topology import make_topology
 
         try:
             make_topology(f.topology, f.num_clients, f.edges)

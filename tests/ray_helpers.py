@@ -10,9 +10,9 @@ from pathlib import Path
 
 import yaml
 
-from pubswap.checkpoint import latest_checkpoint
 from pubswap.config import RunConfig, load_config
-from pubswap.faults import ENV as FAULT_ENV
+from pubswap.run.checkpoint import latest_checkpoint
+from pubswap.run.faults import ENV as FAULT_ENV
 
 
 def tiny_config(model_dir: Path, run_dir: Path, *overrides: str) -> RunConfig:

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from pubswap.aggregation import FedIT, FedProx, make_strategy, normalized_weights
+from pubswap.algorithms.aggregation import FedIT, FedProx, make_strategy, normalized_weights
 from pubswap.config import FederationConfig
 
 

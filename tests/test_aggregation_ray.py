@@ -11,8 +11,8 @@ import torch
 from ray_helpers import final_sha, ft_config, metrics, run_driver
 
 from jobs.train import train
-from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import read_adapter
+from pubswap.run.faults import ENV as FAULT_ENV
 
 NEW = ["ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu"]
 SHAS: dict[str, str] = {}

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from pubswap.aggregation import (
+from pubswap.algorithms.aggregation import (
     STRATEGIES,
     Context,
     FedDARE,
@@ -19,8 +19,8 @@ from pubswap.aggregation import (
     FlexLoRA,
     payload_bytes,
 )
-from pubswap.aggregation.fedsrd import pearson_kurtosis, prune_by_importance, prune_ratio
-from pubswap.aggregation.payload import sparsify
+from pubswap.algorithms.aggregation.fedsrd import pearson_kurtosis, prune_by_importance, prune_ratio
+from pubswap.algorithms.aggregation.payload import sparsify
 
 A1, B1 = "m1.lora_A.weight", "m1.lora_B.weight"  # a 6 x 5 weight, r = 2
 A2, B2 = "m2.lora_A.weight", "m2.lora_B.weight"  # a 3 x 4 weight, r = 2

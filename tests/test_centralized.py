@@ -44,7 +44,7 @@ def test_the_full_parameter_reference_is_one_client_training_every_weight(local_
     train(cfg)
     (rec,) = metrics(cfg.run_dir)
     assert rec["participants"] == [0] and rec["bytes"]["upload"] == [0]  # a graph of one: nothing sent
-    from pubswap.checkpoint import latest_checkpoint
+    from pubswap.run.checkpoint import latest_checkpoint
 
     ck = latest_checkpoint(tmp_path / "run" / "checkpoints")
     assert ck.state.get("weights_file") == "model.safetensors"  # every weight, a model folder

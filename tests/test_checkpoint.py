@@ -6,11 +6,11 @@ import os
 import pytest
 import torch
 
-from pubswap import metrics_log
-from pubswap.checkpoint import LATEST_NAME, CheckpointWarning, latest_checkpoint, round_dir, save_checkpoint, verify
 from pubswap.config import RunConfig, resume_conflicts
-from pubswap.faults import ENV, maybe_crash
 from pubswap.lora import WEIGHTS_NAME, peft_lora_config
+from pubswap.run import metrics_log
+from pubswap.run.checkpoint import LATEST_NAME, CheckpointWarning, latest_checkpoint, round_dir, save_checkpoint, verify
+from pubswap.run.faults import ENV, maybe_crash
 
 
 def adapter(value: float):

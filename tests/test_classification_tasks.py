@@ -9,8 +9,8 @@ from dataset_fixtures import write
 from pubswap.config import load_config
 from pubswap.data.classification import classification_rows
 from pubswap.data.records import load_records
+from pubswap.data.rewards import exact_match_reward
 from pubswap.data.sources import load_source
-from pubswap.rewards import exact_match_reward
 
 
 def sst2_records():

@@ -8,7 +8,7 @@ from pubswap.data.order import private_batch, private_steps_before
 
 def seen(federation: FederationConfig, seed: int, client: int, n_rows: int, b: int, rounds: int) -> list[int]:
     """Every private row index `client` trains on, in order, over `rounds` rounds of the schedule."""
-    from pubswap.participation import participants
+    from pubswap.algorithms.participation import participants
 
     out = []
     for r in range(1, rounds + 1):
@@ -38,7 +38,7 @@ def test_batches_follow_the_schedule_and_are_reproducible():
     assert [private_steps_before(f, 0, 0, r, s) for r, s in [(1, 1), (1, 3), (2, 1), (2, 3)]] == [0, 1, 2, 3]
     assert private_batch(5, 1, 10, 3, 4) == private_batch(5, 1, 10, 3, 4)  # a redone or resumed step: same rows
     f.clients_per_round = 1  # a round a client sits out does not advance its position
-    from pubswap.participation import participants
+    from pubswap.algorithms.participation import participants
 
     took_part = [0 in participants(0, r, 2, 1) for r in range(1, 9)]
     assert 0 < sum(took_part) < 8

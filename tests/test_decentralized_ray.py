@@ -8,9 +8,9 @@ import torch
 from ray_helpers import ft_config, metrics, run_driver
 
 from jobs.train import train
-from pubswap.checkpoint import latest_checkpoint
-from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import read_adapter, squared_distance
+from pubswap.run.checkpoint import latest_checkpoint
+from pubswap.run.faults import ENV as FAULT_ENV
 
 DECENTRAL = ["federation.num_clients=4", "resources.num_actors=2", "federation.tau=2", "federation.topology=ring"]
 

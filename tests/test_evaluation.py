@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from pubswap.evaluation import difference_se, score
+from pubswap.algorithms.evaluation import difference_se, score
 
 
 def test_pass_at_1_with_one_sample_has_the_binomial_standard_error():

@@ -17,9 +17,9 @@ import ray
 from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, start_driver, step_rewards, tb_scalars
 
 from jobs.train import train
-from pubswap.checkpoint import ResumeError
-from pubswap.faults import ENV as FAULT_ENV
 from pubswap.lora import WEIGHTS_NAME, read_adapter
+from pubswap.run.checkpoint import ResumeError
+from pubswap.run.faults import ENV as FAULT_ENV
 
 
 def test_driver_sigkilled_mid_round_then_rerun_matches_reference(ft_reference, digit_model_dir, tmp_path):

@@ -10,11 +10,11 @@ from ray_helpers import ft_config, metrics, run_driver
 from safetensors.torch import load_file
 
 from jobs.train import train
-from pubswap.checkpoint import latest_checkpoint, round_dir, verify
+from pubswap.algorithms.gossip import SeedMessage, apply_messages
 from pubswap.config import ConfigError
-from pubswap.faults import ENV as FAULT_ENV
-from pubswap.full_model import WEIGHTS_NAME
-from pubswap.gossip import SeedMessage, apply_messages
+from pubswap.learner.full_model import WEIGHTS_NAME
+from pubswap.run.checkpoint import latest_checkpoint, round_dir, verify
+from pubswap.run.faults import ENV as FAULT_ENV
 from pubswap.seeding import derive_seed
 
 RING4 = ["federation.num_clients=4", "resources.num_actors=2", "federation.topology=ring"]

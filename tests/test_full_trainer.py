@@ -3,11 +3,11 @@
 import pytest
 import torch
 
+from pubswap.algorithms.gossip import SeedMessage, apply_messages, flood_period
+from pubswap.algorithms.topology import make_topology
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.full_trainer import FullGRPOTrainer
-from pubswap.gossip import SeedMessage, apply_messages, flood_period
-from pubswap.topology import make_topology
-from pubswap.trainer import LoraGRPOTrainer, Sample
+from pubswap.learner.full_trainer import FullGRPOTrainer
+from pubswap.learner.trainer import LoraGRPOTrainer, Sample
 
 GOOD = Sample((5, 6, 7), (20, 21, 22, 23), advantage=1.0)
 BAD = Sample((5, 6, 7), (30, 31, 32, 33), advantage=-1.0)

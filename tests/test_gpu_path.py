@@ -11,7 +11,7 @@ import pytest
 from actors.collective import CollectiveSetupError, check_backend_deps, choose_backend, tensor_device
 from placement.groups import NodeType, never_fits, waiting_line
 from pubswap.config import load_config
-from pubswap.gpu_budget import GIB, GpuBudgetError, engine_need, model_shape, plan, split_gpu, trainer_need
+from pubswap.learner.gpu_budget import GIB, GpuBudgetError, engine_need, model_shape, plan, split_gpu, trainer_need
 
 REPO = Path(__file__).resolve().parents[1]
 QWEN3_17B = REPO / "configs" / "models" / "qwen3-1.7b.json"
@@ -27,7 +27,7 @@ def test_model_shape_counts_what_the_real_model_has(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.trainer import LoraGRPOTrainer
+    from pubswap.learner.trainer import LoraGRPOTrainer
 
     shape = model_shape(str(tiny_model_dir), 8, 16, ["all-linear"])
     real = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from pubswap.grpo import (
+from pubswap.algorithms.grpo import (
     clipped_surrogate,
     group_advantages,
     grpo_loss,

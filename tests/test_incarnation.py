@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from ray_helpers import cmdline, final_sha, ft_config, metrics, process_tree, start_driver
 
-from pubswap.participation import participants
+from pubswap.algorithms.participation import participants
 
 METHODS = {
     "fedit": ("federation.method=fedavg-grpo", "federation.clients_per_round=1"),

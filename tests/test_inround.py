@@ -1,4 +1,4 @@
-"""Preemption costs steps, not rounds: in-round checkpoints (pubswap/step_checkpoint.py) and the average
+"""Preemption costs steps, not rounds: in-round checkpoints (pubswap/run/step_checkpoint.py) and the average
 committed before its evaluation.
 
 - the driver and every process of its Ray cluster SIGKILLed from outside after step 2 of 3: the rerun
@@ -14,7 +14,7 @@ import shutil
 import torch
 from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_driver
 
-from pubswap import step_checkpoint
+from pubswap.run import step_checkpoint
 
 
 def test_a_kill_after_step_2_of_3_resumes_at_step_3_bitwise(ft_reference, digit_model_dir, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pubswap.config import load_config
-from pubswap.storage import is_uri
+from pubswap.run.storage import is_uri
 from tests.test_cluster_yaml import pins
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pubswap.lease import LEASE_NAME, Lease, LeaseHeld, LeaseLost, read_owner
+from pubswap.run.lease import LEASE_NAME, Lease, LeaseHeld, LeaseLost, read_owner
 
 
 def _hold(run_dir: str, ready) -> None:

@@ -11,8 +11,8 @@ from pubswap.data.deepmath import deepmath_rows, topic_area
 from pubswap.data.math_hendrycks import math_rows
 from pubswap.data.medical import medmcqa_rows, medqa_rows
 from pubswap.data.records import load_records
+from pubswap.data.rewards import choice_reward, last_boxed, math_reward
 from pubswap.data.sources import load_source
-from pubswap.rewards import choice_reward, last_boxed, math_reward
 
 
 @pytest.mark.parametrize(

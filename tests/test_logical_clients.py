@@ -14,8 +14,8 @@ from ray_helpers import tiny_config
 
 from jobs.federation import Federation
 from jobs.train import build_split, run_round
+from pubswap.algorithms.participation import participants
 from pubswap.lora import flatten
-from pubswap.participation import participants
 
 SMALL = [
     "federation.rounds=1",

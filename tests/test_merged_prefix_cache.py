@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.trainer import LoraGRPOTrainer
+from pubswap.learner.trainer import LoraGRPOTrainer
 
 pytest.importorskip("vllm")
 

@@ -3,8 +3,8 @@
 import pytest
 
 from placement import assign_clients
+from pubswap.algorithms.participation import participants
 from pubswap.config import ConfigError, load_config
-from pubswap.participation import participants
 
 
 def test_participants_are_seeded_by_seed_and_round_only():

@@ -8,8 +8,8 @@ import uuid
 
 from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_driver
 
-from pubswap.checkpoint import list_rounds
-from pubswap.storage import RunMirror
+from pubswap.run.checkpoint import list_rounds
+from pubswap.run.storage import RunMirror
 
 
 def test_whole_cluster_preemption_resumes_from_object_storage_bitwise(

@@ -16,7 +16,7 @@ from ray_helpers import ray_cli
 from jobs import supervise
 from jobs.train import check_run_dir_for_jobs
 from pubswap.config import load_config
-from pubswap.storage import is_uri
+from pubswap.run.storage import is_uri
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE_ROOT = "/home/ray/pubswap/"  # where kuberay/Dockerfile puts the project

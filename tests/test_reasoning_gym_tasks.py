@@ -8,7 +8,7 @@ import pytest
 
 from pubswap.config import ConfigError, load_config
 from pubswap.data.reasoning_gym_tasks import ReasoningGymReward, check_tasks, reasoning_gym_rows
-from pubswap.rewards import make_row_reward
+from pubswap.data.rewards import make_row_reward
 
 # outside the five tasks the project used to hard-code, with non-numeric answers
 TASKS = {"word_sorting": {"min_words": 3, "max_words": 4}, "spell_backward": {}, "count_bits": {"max_n": 64}}

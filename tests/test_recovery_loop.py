@@ -14,7 +14,7 @@ import time
 import pytest
 from ray_helpers import alive, cmdline, final_sha, ft_config, metrics, process_tree, run_driver, start_driver
 
-from pubswap.faults import ENV as FAULT_ENV
+from pubswap.run.faults import ENV as FAULT_ENV
 
 
 def test_a_client_killed_during_the_base_evaluation_is_recovered(ft_reference, digit_model_dir, tmp_path):

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from pubswap.rewards import (
+from pubswap.data.rewards import (
     boxed_choice,
     choice_reward,
     exact_match_reward,

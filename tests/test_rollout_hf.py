@@ -5,7 +5,7 @@ import torch
 
 from actors.rollout import HFEngine
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.trainer import LoraGRPOTrainer, Sample
+from pubswap.learner.trainer import LoraGRPOTrainer, Sample
 
 
 def test_hf_engine_sampling_logprobs_match_the_trainer(tiny_model_dir, tmp_path):

@@ -13,8 +13,8 @@ import torch
 from ray_helpers import REPO, final_sha, ft_config, run_driver, write_config
 
 from jobs import train as train_mod
-from pubswap.checkpoint import latest_checkpoint, list_rounds, prune, save_checkpoint
 from pubswap.lora import peft_lora_config
+from pubswap.run.checkpoint import latest_checkpoint, list_rounds, prune, save_checkpoint
 
 LORA = peft_lora_config(2, 4, ["q_proj"])
 
@@ -79,7 +79,7 @@ from pathlib import Path
 import torch
 sys.path.insert(0, {tests!r})
 from test_run_dir_safety import LORA, adapter
-from pubswap.checkpoint import StorageFull, save_checkpoint
+from pubswap.run.checkpoint import StorageFull, save_checkpoint
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as a full disk does
 resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
 try:
@@ -111,7 +111,7 @@ def test_the_driver_exits_4_on_a_full_disk_and_the_supervisor_does_not_retry_it(
     e = OSError(28, "No space left on device")
     wrapped = RuntimeError("round 2 failed")
     wrapped.__cause__ = e
-    from pubswap.checkpoint import storage_full
+    from pubswap.run.checkpoint import storage_full
 
     assert storage_full(wrapped) and not storage_full(OSError(13, "Permission denied"))
     from safetensors import SafetensorError

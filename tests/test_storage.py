@@ -1,4 +1,4 @@
-"""run_dir on object storage (pubswap/storage.py) against a real S3 server on 127.0.0.1 (moto_server):
+"""run_dir on object storage (pubswap/run/storage.py) against a real S3 server on 127.0.0.1 (moto_server):
 a pulled mirror is an exact copy of the store, a checkpoint survives the round trip bitwise, a folder
 whose upload was cut before its state.json is never used, and the lease guards the URI."""
 
@@ -10,10 +10,10 @@ import uuid
 import pytest
 import torch
 
-from pubswap.checkpoint import latest_checkpoint, save_checkpoint
-from pubswap.lease import Lease, LeaseHeld
 from pubswap.lora import peft_lora_config
-from pubswap.storage import ObjectStore, RunMirror, is_uri
+from pubswap.run.checkpoint import latest_checkpoint, save_checkpoint
+from pubswap.run.lease import Lease, LeaseHeld
+from pubswap.run.storage import ObjectStore, RunMirror, is_uri
 
 LORA = peft_lora_config(2, 4, ["q_proj"])
 
@@ -100,7 +100,7 @@ def test_the_lease_on_a_uri_refuses_a_second_live_driver_and_takes_over_a_dead_o
     assert not store.exists("LEASE")
     # a driver on this host that died holding it (a real process, SIGKILLed): taken over at once
     code = (
-        "import sys, os, signal; from pubswap.lease import Lease; from pubswap.storage import ObjectStore; "
+        "import sys, os, signal; from pubswap.run.lease import Lease; from pubswap.run.storage import ObjectStore; "
         f"Lease(None, ttl_s=4, store=ObjectStore({uri!r})).acquire(say=print); os.kill(os.getpid(), signal.SIGKILL)"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=os.environ, capture_output=True, text=True, timeout=60)

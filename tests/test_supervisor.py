@@ -12,7 +12,7 @@ from ray_helpers import REPO, final_sha, ft_config, metrics, write_config
 from tcp_proxy import TcpProxy
 
 from jobs import supervise
-from pubswap.faults import ENV as FAULT_ENV
+from pubswap.run.faults import ENV as FAULT_ENV
 
 
 @pytest.mark.heavy  # ~39 s

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pubswap.swap import Response, balanced_group, balanced_swap, random_swap, swap
+from pubswap.algorithms.swap import Response, balanced_group, balanced_swap, random_swap, swap
 
 
 def R(origin, correct, tag=""):

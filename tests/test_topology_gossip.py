@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from pubswap.gossip import (
+from pubswap.algorithms.gossip import (
     Choco,
     SeedMessage,
     apply_messages,
@@ -16,8 +16,8 @@ from pubswap.gossip import (
     top_k,
     zo_message,
 )
+from pubswap.algorithms.topology import grid_shape, make_topology
 from pubswap.seeding import derive_seed
-from pubswap.topology import grid_shape, make_topology
 
 
 @pytest.mark.parametrize("kind", ["ring", "meshgrid", "torus", "complete"])

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from pubswap.aggregation import FedProx
+from pubswap.algorithms.aggregation import FedProx
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.trainer import LoraGRPOTrainer, Sample, pad_batch
+from pubswap.learner.trainer import LoraGRPOTrainer, Sample, pad_batch
 
 
 def test_pad_batch_masks_exactly_the_response_tokens():
@@ -64,7 +64,7 @@ def test_zero_advantages_change_nothing_without_kl_or_prox(tiny_model_dir):
 
 
 def test_ffa_lora_trains_b_only_and_a_lower_rank_client_only_its_components(tiny_model_dir):
-    from pubswap.aggregation import FFALoRA, FlexLoRA
+    from pubswap.algorithms.aggregation import FFALoRA, FlexLoRA
     from pubswap.lora import truncate_rank
 
     batch = [Sample((5, 6, 7), (20, 21), 1.0), Sample((5, 6, 7), (30, 31), -1.0)]

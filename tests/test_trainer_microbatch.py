@@ -6,12 +6,12 @@ import copy
 import pytest
 import torch
 
-from pubswap.aggregation import FedProx
+from pubswap.algorithms.aggregation import FedProx
+from pubswap.algorithms.grpo import grpo_loss
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.grpo import grpo_loss
-from pubswap.logprobs import chunked_token_logprobs
-from pubswap.microbatch import padded_tokens, plan_micro_batches
-from pubswap.trainer import LoraGRPOTrainer, Sample, pad_batch
+from pubswap.learner.logprobs import chunked_token_logprobs
+from pubswap.learner.microbatch import padded_tokens, plan_micro_batches
+from pubswap.learner.trainer import LoraGRPOTrainer, Sample, pad_batch
 
 TEMP = 0.7
 

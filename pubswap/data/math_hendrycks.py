@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pubswap.data.answers import last_boxed
 from pubswap.data.rows import Row, RowReport, map_rows
-from pubswap.rewards import last_boxed
 
 HUB = "EleutherAI/hendrycks_math"
 SUBJECTS = (

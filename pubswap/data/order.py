@@ -15,7 +15,7 @@ import functools
 
 import numpy as np
 
-from pubswap.participation import participants
+from pubswap.algorithms.participation import participants
 from pubswap.seeding import rng
 
 

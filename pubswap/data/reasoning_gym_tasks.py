@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pubswap.data.answers import MAX_CHARS, last_boxed
 from pubswap.data.rows import Row, RowReport, validate_rows
 from pubswap.seeding import derive_seed
 
@@ -120,8 +121,6 @@ class ReasoningGymReward:
         self._datasets: dict[tuple[str, int], object] = {}
 
     def __call__(self, response: str, answer: str, ref: str = "") -> float:
-        from pubswap.rewards import MAX_CHARS, last_boxed
-
         if not isinstance(response, str) or not ref.startswith(REF_PREFIX):
             return 0.0
         name, size, index = ref[len(REF_PREFIX) :].rsplit(":", 2)

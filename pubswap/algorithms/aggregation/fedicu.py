@@ -21,8 +21,8 @@ from collections.abc import Sequence
 
 import torch
 
-from pubswap.aggregation.base import AggregationStrategy, Context, normalized_weights
-from pubswap.aggregation.payload import Payload, dense, sparsify
+from pubswap.algorithms.aggregation.base import AggregationStrategy, Context, normalized_weights
+from pubswap.algorithms.aggregation.payload import Payload, dense, sparsify
 from pubswap.lora import Adapter
 
 

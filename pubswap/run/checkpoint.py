@@ -16,7 +16,7 @@ private and public batches, rollout seeds, swap draws -- and the optimizer is re
 there are no RNG states or data cursors to save: the round index *is* the cursor.
 
 Full-parameter runs (federation.method dsgd, chocosgd, seedflood) hold `model.safetensors` and the base
-model's `config.json` instead of the adapter files (pubswap/full_model.py); state.json names the file.
+model's `config.json` instead of the adapter files (pubswap/learner/full_model.py); state.json names the file.
 
 Decentralized methods have no global model: the checkpoint's adapter is the clients' average (what is
 evaluated), and `clients.safetensors` holds every client's own tensors ("x/<client>/<name>") and CHOCO's

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from pubswap.aggregation.base import AggregationStrategy, Context, lora_pairs, normalized_weights
-from pubswap.aggregation.lowrank import balanced_factors, stack_products
-from pubswap.aggregation.payload import Payload, dense, sparsify
+from pubswap.algorithms.aggregation.base import AggregationStrategy, Context, lora_pairs, normalized_weights
+from pubswap.algorithms.aggregation.lowrank import balanced_factors, stack_products
+from pubswap.algorithms.aggregation.payload import Payload, dense, sparsify
 from pubswap.lora import Adapter
 from pubswap.seeding import derive_seed
 

@@ -7,15 +7,15 @@ loss = loss + strategy.client_penalty(params, global_adapter)           # FedPro
 
 import inspect
 
-from pubswap.aggregation.base import AggregationStrategy, Context, RoundResult, normalized_weights
-from pubswap.aggregation.fed_dare import FedDARE
-from pubswap.aggregation.fedicu import FedICU
-from pubswap.aggregation.fedit import FedIT
-from pubswap.aggregation.fedprox import FedProx
-from pubswap.aggregation.fedsrd import FedSRD, FedSRDe
-from pubswap.aggregation.ffa_lora import FFALoRA
-from pubswap.aggregation.flexlora import FlexLoRA
-from pubswap.aggregation.payload import Sparse, payload_bytes
+from pubswap.algorithms.aggregation.base import AggregationStrategy, Context, RoundResult, normalized_weights
+from pubswap.algorithms.aggregation.fed_dare import FedDARE
+from pubswap.algorithms.aggregation.fedicu import FedICU
+from pubswap.algorithms.aggregation.fedit import FedIT
+from pubswap.algorithms.aggregation.fedprox import FedProx
+from pubswap.algorithms.aggregation.fedsrd import FedSRD, FedSRDe
+from pubswap.algorithms.aggregation.ffa_lora import FFALoRA
+from pubswap.algorithms.aggregation.flexlora import FlexLoRA
+from pubswap.algorithms.aggregation.payload import Sparse, payload_bytes
 
 STRATEGIES: dict[str, type[AggregationStrategy]] = {
     s.name: s for s in (FedIT, FFALoRA, FlexLoRA, FedDARE, FedSRD, FedSRDe, FedICU)

@@ -26,34 +26,10 @@ import re
 import threading
 from collections.abc import Callable
 
-MAX_CHARS = 4000  # only the tail of a response is parsed: answers come last, garbage can be long
+from pubswap.data.answers import MAX_CHARS, boxed, last_boxed
+
 TIMEOUT_S = 3
 MODES = ("strict", "lenient")
-
-
-def last_boxed(text: str) -> str | None:
-    """The content of the last \\boxed{...} (or \\fbox{...}), braces matched to any depth; None if absent."""
-    if not isinstance(text, str):
-        return None
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
-    i = text.find("{", start)
-    if i < 0 or text[start:i].strip() not in ("\\boxed", "\\fbox"):
-        return None
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i + 1 : j].strip() or None
-    return None  # unbalanced: a truncated response
-
-
-def boxed(text: str) -> str:
-    return f"\\boxed{{{text}}}"
 
 
 def _math_verify(response: str, answer: str, timeout_s: int, lenient: bool) -> bool:

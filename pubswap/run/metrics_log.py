@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pubswap.checkpoint import write_text_atomic
+from pubswap.run.checkpoint import write_text_atomic
 
 
 def append_record(path: str | os.PathLike, record: Mapping[str, Any]) -> None:

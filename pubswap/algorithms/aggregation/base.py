@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from pubswap.aggregation.payload import Payload, dense, payload_bytes
+from pubswap.algorithms.aggregation.payload import Payload, dense, payload_bytes
 from pubswap.lora import Adapter
 
 

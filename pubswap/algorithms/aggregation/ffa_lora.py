@@ -8,7 +8,7 @@ the B tensors). Each direction carries d r values per adapted module (d x m weig
 
 from __future__ import annotations
 
-from pubswap.aggregation.base import AggregationStrategy
+from pubswap.algorithms.aggregation.base import AggregationStrategy
 
 
 class FFALoRA(AggregationStrategy):

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from pubswap.aggregation.base import AggregationStrategy, Context, normalized_weights, weighted_mean
-from pubswap.aggregation.payload import Payload, dense, sparsify
+from pubswap.algorithms.aggregation.base import AggregationStrategy, Context, normalized_weights, weighted_mean
+from pubswap.algorithms.aggregation.payload import Payload, dense, sparsify
 from pubswap.lora import Adapter
 from pubswap.seeding import derive_seed
 

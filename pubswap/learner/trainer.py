@@ -17,8 +17,8 @@ model (`nll_swapped`, beside `nll_own`); with `grpo.tis_cap` > 0 their policy lo
 token by min(pi_local / pi_donor, tis_cap), pi_donor being the donor engine's sampling log-probs.
 
 Memory is bounded by `grpo.micro_batch_tokens`, not by the batch: each update accumulates gradients
-over micro-batches (pubswap.microbatch), and log-probs come from hidden states in chunks of positions
-(pubswap.logprobs), so no [batch, tokens, vocab] tensor exists. The update is still exactly the
+over micro-batches (pubswap.learner.microbatch), and log-probs come from hidden states in chunks of positions
+(pubswap.learner.logprobs), so no [batch, tokens, vocab] tensor exists. The update is still exactly the
 full-batch token-mean loss: every micro-batch's token sum is divided by the number of response tokens
 of the WHOLE batch, so the micro-batch losses add up to the full-batch loss (only the order of the
 floating-point sums differs).
@@ -37,12 +37,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from pubswap.aggregation.base import AggregationStrategy
+from pubswap.algorithms.aggregation.base import AggregationStrategy
+from pubswap.algorithms.grpo import grpo_loss, truncated_is_weights
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.grpo import grpo_loss, truncated_is_weights
-from pubswap.logprobs import chunked_token_logprobs
+from pubswap.learner.logprobs import chunked_token_logprobs
+from pubswap.learner.microbatch import plan_micro_batches
 from pubswap.lora import Adapter, adapter_from_model, components, load_into_model, peft_lora_config
-from pubswap.microbatch import plan_micro_batches
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -403,8 +403,8 @@ class LoraGRPOTrainer:
         GRPO loss (old log-probs: the current policy), and x <- x - (lr g) z. Forward passes only.
 
         Returns the fp32 scalar lr * g (the message: with the seed it rebuilds the update anywhere, by
-        pubswap.gossip.apply_messages, which this step itself uses) and the step's metrics."""
-        from pubswap.gossip import SeedMessage, apply_messages, direction
+        pubswap.algorithms.gossip.apply_messages, which this step itself uses) and the step's metrics."""
+        from pubswap.algorithms.gossip import SeedMessage, apply_messages, direction
 
         g = self.grpo
         mbs = self.micro_batches(samples)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pubswap.rollout_limits import vllm_max_lora_rank
+from pubswap.learner.rollout_limits import vllm_max_lora_rank
 
 GIB = 2**30
 TRAINER_CUDA_OVERHEAD = 1.5 * GIB  # CUDA context, cuBLAS workspaces, allocator slack

@@ -3,20 +3,21 @@
     W = sum_i w_i B_i A_i,   W ~ U_r S_r V_r^T,   B = U_r S_r^(1/2),   A = S_r^(1/2) V_r^T
 
 Clients send their dense A and B (r (m + d) values per module) and receive the new factors. The product is
-never formed (pubswap/aggregation/lowrank.py). Per-client ranks (`lora.r` a list, the paper's point): adapters
-are max(r) wide for everyone, client i trains and sends only its first r_i components and keeps only the first
-r_i of the download (the trainer zeroes the others' gradients). Splitting S evenly between B and A is our
-choice of gauge (the paper fixes only the product). The new global is the best rank-r approximation of the
-mean product, so when the clients' products together have rank <= r it is that mean exactly.
+never formed (pubswap/algorithms/aggregation/lowrank.py). Per-client ranks (`lora.r` a list, the paper's
+point): adapters are max(r) wide for everyone, client i trains and sends only its first r_i components and
+keeps only the first r_i of the download (the trainer zeroes the others' gradients). Splitting S evenly
+between B and A is our choice of gauge (the paper fixes only the product). The new global is the best rank-r
+approximation of the mean product, so when the clients' products together have rank <= r it is that mean
+exactly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pubswap.aggregation.base import AggregationStrategy, Context, lora_pairs, normalized_weights
-from pubswap.aggregation.lowrank import balanced_factors, stack_products
-from pubswap.aggregation.payload import Payload, dense
+from pubswap.algorithms.aggregation.base import AggregationStrategy, Context, lora_pairs, normalized_weights
+from pubswap.algorithms.aggregation.lowrank import balanced_factors, stack_products
+from pubswap.algorithms.aggregation.payload import Payload, dense
 from pubswap.lora import Adapter, components
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from pubswap.checkpoint import sha256_file
+from pubswap.run.checkpoint import sha256_file
 
 DIR_NAME = "inround"
 STATE_NAME = "state.json"

@@ -8,7 +8,7 @@ skipped non-finite updates); what differs:
     parameter for each client held: its weights and two moments);
   * the reference policy of the KL term is a frozen copy of the base model in the model dtype, made
     only when grpo.kl_coef > 0 (the base model can no longer be had by switching an adapter off);
-  * the "adapter" that leaves the trainer is every parameter (pubswap/full_model.py).
+  * the "adapter" that leaves the trainer is every parameter (pubswap/learner/full_model.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import contextlib
 import copy
 
 from pubswap.config import LoraConfig
-from pubswap.full_model import FullModelConfig, load_weights, weights_from_model
+from pubswap.learner.full_model import FullModelConfig, load_weights, weights_from_model
+from pubswap.learner.trainer import LoraGRPOTrainer
 from pubswap.lora import Adapter
-from pubswap.trainer import LoraGRPOTrainer
 
 
 class FullGRPOTrainer(LoraGRPOTrainer):

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from pubswap.aggregation.payload import Sparse, dense, payload_bytes, sparsify
+from pubswap.algorithms.aggregation.payload import Sparse, dense, payload_bytes, sparsify
+from pubswap.algorithms.topology import Topology
 from pubswap.seeding import derive_seed
-from pubswap.topology import Topology
 
 Params = dict[str, Tensor]
 
@@ -64,7 +64,7 @@ def consensus_distance(xs: Sequence[Mapping[str, Tensor]]) -> float:
 
 
 # --- compressors: what a CHOCO message holds -------------------------------------------------
-# A message is a payload (pubswap/aggregation/payload.py): the identity sends the dense tensor, top-k and
+# A message is a payload (pubswap/algorithms/aggregation/payload.py): the identity sends the dense tensor, top-k and
 # rand-k a Sparse one (kept values + int32 positions or a bitmask, whichever is smaller), counted exactly.
 
 

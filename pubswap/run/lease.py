@@ -18,7 +18,7 @@ back after a pause, so of two drivers racing to take over a dead owner's lease o
 and the other refuses. The remaining window is a renewal racing a takeover between its read and its
 rename (microseconds), after which the renewing driver's next check finds the file is no longer its own.
 
-On object storage (a run_dir URI, pubswap/storage.py) the lease is the object `<run_dir>/LEASE`. Object
+On object storage (a run_dir URI, pubswap/run/storage.py) the lease is the object `<run_dir>/LEASE`. Object
 stores have no hard links, and pyarrow exposes no conditional write, so a fresh lease is created as a
 takeover is: written only where none exists, then read back after CONFIRM_S; of two drivers racing for
 it the one whose write landed last wins and the other refuses. S3 and GCS are strongly consistent
@@ -166,7 +166,7 @@ class _ObjectFile:
 
 class Lease:
     def __init__(self, run_dir: Path | None, ttl_s: float = 60.0, store=None):
-        """The lease of `run_dir` (a local path), or of the object store `store` (pubswap.storage.ObjectStore)."""
+        """The lease of `run_dir` (a local path), or of the object store `store` (pubswap.run.storage.ObjectStore)."""
         self.file = _ObjectFile(store) if store is not None else _LocalFile(run_dir)
         self.ttl_s = ttl_s
         pid = os.getpid()

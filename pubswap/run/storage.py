@@ -10,7 +10,7 @@ making it locally:
   left on this node by an earlier attempt is overwritten), then the usual local resume logic runs on it;
 - a checkpoint folder is uploaded file by file with state.json last, after deleting the old state.json
   of a redone round: an interrupted upload leaves a folder without a valid state.json, which the resume
-  skips (pubswap/checkpoint.py verifies every file's sha256), so the previous round is used;
+  skips (pubswap/run/checkpoint.py verifies every file's sha256), so the previous round is used;
 - every other file is one PUT, which object stores apply whole: a reader sees the old or the new object.
 
 Credentials and endpoints come from the environment as pyarrow reads them (AWS_ACCESS_KEY_ID,
@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from pubswap.checkpoint import STATE_NAME
+from pubswap.run.checkpoint import STATE_NAME
 
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 

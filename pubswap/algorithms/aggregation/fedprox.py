@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
-from pubswap.aggregation.base import AggregationStrategy
-from pubswap.aggregation.fedit import FedIT
+from pubswap.algorithms.aggregation.base import AggregationStrategy
+from pubswap.algorithms.aggregation.fedit import FedIT
 
 
 class FedProx(AggregationStrategy):

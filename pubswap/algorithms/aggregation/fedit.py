@@ -9,7 +9,7 @@ module (d x m weight) in each direction. Linear: it runs as an allreduce among t
 
 from __future__ import annotations
 
-from pubswap.aggregation.base import AggregationStrategy
+from pubswap.algorithms.aggregation.base import AggregationStrategy
 
 
 class FedIT(AggregationStrategy):
