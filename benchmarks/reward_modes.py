@@ -29,8 +29,6 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-    from dataclasses import replace
-
     from transformers import AutoTokenizer
 
     from actors.rollout import VLLMEngine
@@ -61,7 +59,9 @@ def main() -> None:
         pids, n=1, temperature=cfg.grpo.val_temperature, max_tokens=cfg.model.max_response_len, seeds=seeds
     )
     texts = [tok.decode(list(o[0].token_ids), skip_special_tokens=True) for o in outs]
-    rewards = {m: make_row_reward(replace(cfg.data, reward_mode=m), cfg.seed) for m in ("strict", "lenient")}
+    rewards = {
+        m: make_row_reward(cfg.data.model_copy(update={"reward_mode": m}), cfg.seed) for m in ("strict", "lenient")
+    }
     by_task: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for row, text in zip(split.test, texts):
         for key in ("all", row.topic):

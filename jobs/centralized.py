@@ -10,9 +10,7 @@ the reference of the full-parameter methods) as a one-client full-parameter DSGD
 
 from __future__ import annotations
 
-import dataclasses
-
-from pubswap.config import RunConfig
+from pubswap.config import RunConfig, from_dict
 from pubswap.data.split import FederatedSplit
 
 
@@ -20,18 +18,20 @@ def centralize(cfg: RunConfig, split: FederatedSplit) -> tuple[RunConfig, Federa
     """The config and split the reference actually runs (the user's config stays the run's record)."""
     f, g = cfg.federation, cfg.grpo
     merged = FederatedSplit([[r for part in split.clients for r in part]], split.public, split.test)
-    run = dataclasses.replace(
-        cfg,
-        federation=dataclasses.replace(
-            f,
-            method="dsgd" if f.method == "centralized-full" else "fedavg-grpo",
-            num_clients=1,
-            participation=1.0,
-            clients_per_round=0,
-            topology="complete",
-            edges=[],
-        ),
-        grpo=dataclasses.replace(g, b=g.b * f.num_clients),
-        resources=dataclasses.replace(cfg.resources, num_actors=1),
+    run = cfg.model_copy(
+        update={
+            "federation": f.model_copy(
+                update={
+                    "method": "dsgd" if f.method == "centralized-full" else "fedavg-grpo",
+                    "num_clients": 1,
+                    "participation": 1.0,
+                    "clients_per_round": 0,
+                    "topology": "complete",
+                    "edges": [],
+                }
+            ),
+            "grpo": g.model_copy(update={"b": g.b * f.num_clients}),
+            "resources": cfg.resources.model_copy(update={"num_actors": 1}),
+        }
     )
-    return run, merged
+    return from_dict(run.to_dict()), merged  # checked here, not first on an actor

@@ -1,5 +1,5 @@
-"""docs/config.md, generated from the config's dataclasses: every key, its type, default, whether a
-resumed run may change it, and the comment written beside it in pubswap/config.py.
+"""docs/config.md, generated from the config's schema (pubswap/config.py): every key, its type, default,
+whether a resumed run may change it, and its description.
 
     python -m jobs.config_doc            # rewrite docs/config.md
     python -m jobs.config_doc --check    # exit 1 when docs/config.md is stale (a test runs this)
@@ -8,12 +8,13 @@ resumed run may change it, and the comment written beside it in pubswap/config.p
 from __future__ import annotations
 
 import argparse
-import ast
-import dataclasses
-import inspect
 import json
 import sys
+import types
+import typing
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from pubswap import config
 
@@ -21,7 +22,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 
 HEADER = """# Config reference
 
-Generated from `pubswap/config.py` by `python -m jobs.config_doc` (a test fails when this page is
+Generated from the schema in `pubswap/config.py` by `python -m jobs.config_doc` (a test fails when this page is
 stale). A run's config is a YAML file plus dotted overrides on the command line:
 
     python -m jobs.train --config configs/default.yaml federation.tau=8 grpo.lr=3e-5
@@ -33,42 +34,43 @@ paper's Table 9 (Qwen3-1.7B on MATH); `configs/default.yaml` overrides them for 
 """
 
 
-def comments(cls: type) -> dict[str, str]:
-    """Each field's comment: the comment lines just above it and the one after it on its line."""
-    lines, _ = inspect.getsourcelines(cls)
-    body = ast.parse("".join(lines).replace("\n    ", "\n", 0)).body[0]
-    out = {}
-    for node in body.body:
-        if not isinstance(node, ast.AnnAssign):
-            continue
-        name = node.target.id
-        above, i = [], node.lineno - 2
-        while i >= 0 and lines[i].strip().startswith("#"):
-            above.insert(0, lines[i].strip().lstrip("#").strip())
-            i -= 1
-        inline = lines[node.lineno - 1].split("  # ", 1)
-        text = " ".join(above + ([inline[1].strip()] if len(inline) == 2 else []))
-        out[name] = text
-    return out
+def type_name(annotation) -> str:
+    """How a field's type reads in the table: choices as `a | b`, Annotated types by their base."""
+    text = repr(annotation) if not isinstance(annotation, type) else annotation.__name__
+    if typing.get_origin(annotation) is typing.Literal:
+        return " \\| ".join(str(a) for a in typing.get_args(annotation))
+    if typing.get_origin(annotation) is typing.Annotated:
+        return type_name(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return " \\| ".join(type_name(a) for a in typing.get_args(annotation))
+    return text.replace("typing.", "").replace("NoneType", "None").replace("|", "\\|")
 
 
-def rows(cls: type, instance, prefix: str = ""):
-    notes = comments(cls)
-    for f in dataclasses.fields(cls):
-        value = getattr(instance, f.name)
-        if dataclasses.is_dataclass(value):
-            yield from rows(type(value), value, f"{prefix}{f.name}.")
+def rows(model: type[BaseModel] = config.RunConfig, prefix: str = ""):
+    """(key, type, default, may change on resume, description) for every setting, in schema order."""
+    for name, info in model.model_fields.items():
+        kind = info.annotation
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            yield from rows(kind, f"{prefix}{name}.")
             continue
-        key = prefix + f.name
-        yield key, str(f.type), json.dumps(value), config.may_change_on_resume(key), notes.get(f.name, "")
+        default = info.get_default(call_default_factory=True)
+        resumable = bool((info.json_schema_extra or {}).get("resume"))
+        bounds = [
+            f"{sign} {getattr(m, attr):g}"
+            for m in info.metadata
+            for attr, sign in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
+            if getattr(m, attr, None) is not None
+        ]
+        kind_text = type_name(kind) + (f", {' and '.join(bounds)}" if bounds else "")
+        yield prefix + name, kind_text, json.dumps(default), resumable, info.description or ""
 
 
 def render() -> str:
     sections: dict[str, list[str]] = {}
-    for key, kind, default, resumable, note in rows(config.RunConfig, config.RunConfig()):
+    for key, kind, default, resumable, note in rows():
         section = key.split(".")[0] if "." in key else "top level"
-        cells = (f"`{key}`", f"`{kind}`", f"`{default}`", "may change" if resumable else "fixed", note)
-        sections.setdefault(section, []).append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        cells = (f"`{key}`", kind, f"`{default}`", "may change" if resumable else "fixed", note.replace("|", "\\|"))
+        sections.setdefault(section, []).append("| " + " | ".join(cells) + " |")
     out = [HEADER]
     for section in ["top level", *[s for s in sections if s != "top level"]]:
         out += [f"\n## {section}\n", "| key | type | default | resume | what it does |", "|---|---|---|---|---|"]

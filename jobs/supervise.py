@@ -28,8 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 # driver exit codes (jobs/train.py) that another attempt cannot fix
 # 5 (run_dir busy: another live driver holds its lease) is retried: it is often the previous attempt's
@@ -51,7 +49,12 @@ def run_dir_of(command: list[str], working_dir: Path) -> str | None:
         path = Path(command[command.index("--config") + 1])
         path = path if path.is_absolute() else working_dir / path
         if path.is_file():
-            return (yaml.safe_load(path.read_text()) or {}).get("run_dir")
+            from pubswap.config import ConfigError, read_yaml
+
+            try:
+                return read_yaml(path).get("run_dir")  # with the files it extends
+            except ConfigError:
+                return None  # the driver will say what is wrong with it
     return None
 
 

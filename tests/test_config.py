@@ -150,3 +150,19 @@ def test_per_client_ranks_need_flexlora_and_strategy_kwargs_are_checked(model_di
                 "federation.aggregation_kwargs={download_p: 1}",
             ],
         )
+
+
+def test_a_config_extends_others_section_by_section(tmp_path, model_dir):
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "model.yaml").write_text(f"model: {{path: {model_dir}}}\ngrpo: {{K: 4, lr: 3.0e-5}}\n")
+    (tmp_path / "base" / "more.yaml").write_text("grpo: {K: 6}\nfederation: {tau: 12}\n")
+    (tmp_path / "run.yaml").write_text("extends: [base/model.yaml, base/more.yaml]\ngrpo: {b: 2}\n")
+    c = load_config(tmp_path / "run.yaml", ["federation.tau=14"])
+    assert (c.grpo.K, c.grpo.lr, c.grpo.b, c.federation.tau) == (6, 3e-5, 2, 14)  # later files and keys win
+    (tmp_path / "loop.yaml").write_text("extends: run2.yaml\n")
+    (tmp_path / "run2.yaml").write_text("extends: [loop.yaml]\n")
+    with pytest.raises(ConfigError, match="extends itself"):
+        load_config(tmp_path / "loop.yaml")
+    (tmp_path / "broken.yaml").write_text("extends: base/nope.yaml\n")
+    with pytest.raises(ConfigError, match=r"config file not found: .*nope.yaml \(extended by .*broken.yaml\)"):
+        load_config(tmp_path / "broken.yaml")
