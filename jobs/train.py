@@ -50,6 +50,8 @@ from pubswap.run.checkpoint import (
     verify,
     write_text_atomic,
 )
+from pubswap.run.events import NAME as EVENTS
+from pubswap.run.events import EventLog
 from pubswap.run.faults import ENV as FAULT_ENV
 from pubswap.run.faults import maybe_crash
 from pubswap.run.lease import Lease, LeaseHeld, LeaseLost
@@ -60,8 +62,18 @@ from pubswap.run.storage import StorageError, is_uri, open_run
 from pubswap.run.timing import breakdown, format_breakdown
 from pubswap.seeding import rng
 
+NO_EVENTS = EventLog(None)
+
 # what a run writes into run_dir (besides LEASE): removed by --start-over, mirrored to a URI run_dir
-RUN_FILES = ("checkpoints", "metrics.jsonl", "tensorboard", "summary.json", "progress.png", "config.json")
+RUN_FILES = (
+    "checkpoints",
+    "metrics.jsonl",
+    "tensorboard",
+    "summary.json",
+    "progress.png",
+    "config.json",
+    EVENTS,
+)
 EXIT_STORAGE_FULL = 4  # jobs.supervise does not resubmit it: the next attempt would fail the same way
 EXIT_RUN_DIR_BUSY = 5  # another live driver holds run_dir's lease (after waiting for a dying one)
 
@@ -127,6 +139,15 @@ def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float)
     )
 
 
+def _step_event(r: int, s: int, out: dict) -> dict:
+    return {
+        "round": r,
+        "step": s,
+        "public": bool(out["public"]),
+        "reward": [c["reward_mean"] for c in out["clients"]],
+    }
+
+
 def _round_record(
     r: int, parts: list[int], steps: list[dict], avg: list[dict], num_actors: int, adapter_bytes: int, comm: dict
 ) -> dict:
@@ -176,7 +197,13 @@ class InRoundCheckpoints:
 
 
 def run_round(
-    fed, cfg: RunConfig, r: int, start: Adapter, t0: float, inround: InRoundCheckpoints | None = None
+    fed,
+    cfg: RunConfig,
+    r: int,
+    start: Adapter,
+    t0: float,
+    inround: InRoundCheckpoints | None = None,
+    events: EventLog = NO_EVENTS,
 ) -> tuple[dict, Adapter]:
     """tau local steps (public ones for PubSwap) and the average of round r (the evaluation follows the
     commit of the average, in the driver).
@@ -203,11 +230,13 @@ def run_round(
             out = fed.public_step(r, s, parts) if f.is_public_step(s) else fed.private_step(r, s, parts)
             steps.append(out)
             bar.write(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0))
+            events.emit("step", **_step_event(r, s, out))
             if inround is not None and inround.due(s, f.tau):
                 states = fed.train_states(parts)
                 fed.verify_incarnations()  # states of a restarted actor would be its initial ones
                 inround.save(r, s, steps, states)
                 bar.write(f"round {r} step {s}: in-round checkpoint saved")
+                events.emit("inround", round=r, step=s)
             sys.stdout.flush()
             bar.update()
     fed.verify_incarnations()
@@ -232,7 +261,9 @@ def evaluate_round(fed, cfg: RunConfig, r: int, average: Adapter, states: dict |
     return out
 
 
-def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adapter, dict]:
+def run_gossip_round(
+    fed, cfg: RunConfig, r: int, t0: float, events: EventLog = NO_EVENTS
+) -> tuple[dict, Adapter, dict]:
     """A decentralized round: tau local steps of every client and a gossip step with its graph neighbours
     after every `gossip_every` of them (the evaluation follows the commit, in the driver). Returns the
     record, the average (the checkpoint's adapter) and every client's state (its own tensors)."""
@@ -258,6 +289,7 @@ def run_gossip_round(fed, cfg: RunConfig, r: int, t0: float) -> tuple[dict, Adap
                     line += f", flood delivered in {g['hops']} hops"
             steps.append(out)
             bar.write(line)
+            events.emit("step", **_step_event(r, s, out))
             sys.stdout.flush()
             bar.update()
     states = fed.states()
@@ -293,6 +325,9 @@ def client_average(states: dict, parts: list[int]) -> Adapter:
 def initial_states(adapter: Adapter, num_clients: int) -> dict:
     """Round 1 of a decentralized run: every client at the initial adapter, no public copies yet."""
     return {"x": {c: adapter for c in range(num_clients)}, "public": {}}
+
+
+EVAL_FIELDS = ("pass@1", "pass@1_se", "eval_prompts", "eval_n", "format_rate", "client_pass@1")
 
 
 def eval_record(sc: Score) -> dict:
@@ -406,7 +441,14 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
             "a changed dataset or task generator); refusing to resume"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    lease = Lease(run_dir, ft.lease_ttl_s, store=run.store).acquire()  # LeaseHeld: another live driver writes here
+    lease_notes: list[str] = []
+
+    def say(note: str) -> None:
+        print(note, flush=True)
+        lease_notes.append(note)
+
+    # LeaseHeld: another live driver writes here
+    lease = Lease(run_dir, ft.lease_ttl_s, store=run.store).acquire(say=say)
     try:
         for p in collect_temp(run_dir):  # ours now: no live writer owns them
             print(f"removed {p.name}, left by a killed writer", flush=True)
@@ -423,8 +465,15 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
             on_lost = lambda why: os.kill(os.getpid(), signal.SIGUSR1)  # noqa: E731
         lease.start_heartbeat(on_lost=on_lost)
         write_text_atomic(run_dir / "config.json", json.dumps(cfg.to_dict(), indent=2))
-        run.push(["config.json"])
-        return _train_rounds(run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, run, user_cfg=cfg)
+        # after the pull and --start-over's erase: appended to the run's history; a driver that has
+        # noticed its lease is lost writes no more events
+        events = EventLog(run_dir, may_write=lambda: not lease.lost)
+        events.emit("lease", notes=lease_notes)
+        events.emit("start", resume_round=None if ckpt is None else ckpt.round)
+        run.push(["config.json", EVENTS])
+        return _train_rounds(
+            run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, run, user_cfg=cfg, events=events
+        )
     finally:
         lease.release()
 
@@ -454,6 +503,7 @@ def _train_rounds(
     t0: float,
     run,
     user_cfg: RunConfig | None = None,
+    events: EventLog = NO_EVENTS,
 ) -> dict:
     """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first.
     `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record.
@@ -462,7 +512,7 @@ def _train_rounds(
 
     def persist(*rels: str) -> None:
         lease.check()
-        run.push(rels)
+        run.push([*rels, EVENTS])
 
     from jobs.federation import Federation
 
@@ -481,6 +531,7 @@ def _train_rounds(
     logger: RunLogger | None = None
     fed = Federation(cfg, split, model_dir, str(run_dir))
     print(f"client actors: {len(fed.actors)}, hosting clients {fed.assignment}, pids {fed.pids}", flush=True)
+    events.emit("actors", pids=fed.pids)
     try:
         if fed.topo is not None:
             print(fed.topo.describe(), flush=True)
@@ -497,7 +548,11 @@ def _train_rounds(
                 ft.max_round_retries,
                 lambda: (fed.set_global(global_adapter), fed.evaluate(0))[1],
                 lambda: fed.recover(global_adapter, states),
+                events,
+                phase="start",
+                round=0,
             )
+            events.emit("evaluated", round=0, **eval_record(base))
             print(f"base model {base.line()} ({time.perf_counter() - t0:.0f}s)", flush=True)
             fixed = {
                 "config": user_cfg.to_dict(),
@@ -521,6 +576,9 @@ def _train_rounds(
                 ft.max_round_retries,
                 lambda: fed.recover(global_adapter, states, restart=False),
                 lambda: fed.recover(global_adapter, states),
+                events,
+                phase="resume",
+                round=ckpt.round,
             )
             fixed = {
                 "config": user_cfg.to_dict(),
@@ -560,8 +618,8 @@ def _train_rounds(
                     nonlocal t_round
                     t_round = time.perf_counter()
                     if f.decentralized:
-                        return run_gossip_round(fed, cfg, r, t0)
-                    return (*run_round(fed, cfg, r, global_adapter, t0, inround), None)
+                        return run_gossip_round(fed, cfg, r, t0, events)
+                    return (*run_round(fed, cfg, r, global_adapter, t0, inround, events), None)
 
                 (record, new_global, new_states), attempt = with_recovery(
                     f"round {r}",
@@ -569,6 +627,9 @@ def _train_rounds(
                     ft.max_round_retries,
                     body,
                     lambda: fed.recover(global_adapter, states),
+                    events,
+                    phase="round",
+                    round=r,
                 )
                 record["recoveries"] = attempt
                 # the averaged adapter is committed before the evaluation: a fault there redoes only that
@@ -582,6 +643,7 @@ def _train_rounds(
                     {**fixed, "record": record, "evaluated": not due},
                     clients=new_states,
                 )
+                events.emit("committed", round=r)
                 persist(f"checkpoints/{round_dir(ckpt_dir, r).name}", "checkpoints/LATEST")
                 if inround is not None:
                     inround.clear()
@@ -598,7 +660,12 @@ def _train_rounds(
                 ft.max_round_retries,
                 evaluate,
                 lambda: fed.recover(global_adapter, states),
+                events,
+                phase="evaluation",
+                round=r,
             )
+            if evaluation:
+                events.emit("evaluated", round=r, **{k: v for k, v in evaluation.items() if k in EVAL_FIELDS})
             record.update(evaluation)
             record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
             # the log line first, then the commit: a crash in between leaves a line the resume drops
@@ -618,6 +685,7 @@ def _train_rounds(
                 plot_path,
                 title=str(Path(cfg.run_dir).name),
             )
+            events.emit("round", round=r, recoveries=record.get("recoveries", 0), round_s=record["time"]["round_s"])
             persist("tensorboard", "progress.png")
             t = record["time"]
             pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
@@ -632,6 +700,7 @@ def _train_rounds(
             logger.close()
     lease.check()
     summary = _summary(run_dir, fixed["base_eval"], records, time.perf_counter() - t0)
+    events.emit("done", **{"final_pass@1": summary.get("final_pass@1"), "wall_s": summary["wall_s"]})
     persist("summary.json")
     print(
         f"base pass@1 {_pm(summary, 'base')} -> final pass@1 {_pm(summary, 'final')} "
@@ -649,11 +718,11 @@ def _train_rounds(
     return summary
 
 
-def with_recovery(label: str, what: str, retries: int, body, restore):
+def with_recovery(label: str, what: str, retries: int, body, restore, events: EventLog = NO_EVENTS, **where) -> tuple:
     """body() until it returns, restoring the clients with restore() (Federation.recover: restart every
     client actor and the server, reload the state the body starts from) after a lost or hung actor. A
     fault during the restore counts as another attempt; at most `retries` restores in all. Returns
-    (body's result, the number of restores)."""
+    (body's result, the number of restores). `where` (phase=..., round=...) goes into the events."""
     from jobs.federation import ActorLost
 
     restores = 0
@@ -673,8 +742,11 @@ def with_recovery(label: str, what: str, retries: int, body, restore):
                 f"(retry {restores}/{retries})",
                 flush=True,
             )
+            events.emit("recovery", **where, what=what, error=str(err), retry=restores, retries=retries)
             try:
-                print(f"{label}: clients back in {restore():.0f}s", flush=True)
+                seconds = restore()
+                print(f"{label}: clients back in {seconds:.0f}s", flush=True)
+                events.emit("recovered", **where, seconds=round(seconds, 3))
                 break
             except ActorLost as e:
                 err = e

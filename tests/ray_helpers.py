@@ -197,19 +197,25 @@ def run_processes() -> dict[int, str]:
     return out
 
 
-def kill_cluster_when(proc: subprocess.Popen, marker: str, timeout_s: float = 30.0) -> list[int]:
-    """Read the driver's stdout until a line contains `marker`, then SIGKILL the driver and every process
-    descended from it (its whole local Ray cluster) at once, from outside, and wait until none is left;
-    returns the killed pids. Fails with the driver's output if the marker never comes."""
+def kill_cluster_when(
+    proc: subprocess.Popen, marker: str | None = None, run_dir: Path | None = None, timeout_s: float = 30.0, **event
+) -> list[int]:
+    """Wait for the driver's `event` in run_dir/events.jsonl (a driver from start_logged_driver) or, for a
+    run_dir in an object store, read its stdout until a line contains `marker`; then SIGKILL the driver and
+    every process descended from it (its whole local Ray cluster) at once, from outside, and wait until
+    none is left; returns the killed pids. Fails with the driver's output if the moment never comes."""
     import signal
     import time
 
     seen = []
     try:
-        for line in proc.stdout:
-            seen.append(line)
-            if marker in line:
-                break
+        if marker is None:
+            EventWatch(proc, run_dir).wait(**event)
+        else:
+            for line in proc.stdout:
+                seen.append(line)
+                if marker in line:
+                    break
         tree = process_tree(proc.pid)
         for pid in tree:
             try:
@@ -228,3 +234,51 @@ def kill_cluster_when(proc: subprocess.Popen, marker: str, timeout_s: float = 30
         )
         time.sleep(0.5)
     return tree
+
+
+def start_logged_driver(cfg: RunConfig, env_extra: dict | None = None) -> subprocess.Popen:
+    """Like start_driver, but the console (stdout and stderr) goes to a file beside run_dir, read with
+    console_of(proc): the test follows the run through its events (EventWatch), not its console text."""
+    path = Path(cfg.run_dir).parent / f"{Path(cfg.run_dir).name}.console"
+    with open(path, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobs.train", "--config", str(write_config(cfg))],
+            cwd=REPO,
+            env=_driver_env(env_extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    proc.console = path
+    return proc
+
+
+def console_of(proc: subprocess.Popen) -> str:
+    return proc.console.read_text(errors="replace")
+
+
+class EventWatch:
+    """Follows a running driver's run_dir/events.jsonl: each wait() returns the first event after those
+    already looked at whose fields include `match` (so successive waits follow the run forward)."""
+
+    def __init__(self, proc: subprocess.Popen, run_dir: Path | str):
+        self.proc, self.run_dir, self.seen = proc, Path(run_dir), 0
+
+    def wait(self, timeout_s: float = 600, **match) -> dict:
+        import time
+
+        from pubswap.run.events import read_events
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            exited = self.proc.poll() is not None  # before reading: its last events are written by then
+            events = read_events(self.run_dir)
+            for i in range(self.seen, len(events)):
+                if all(events[i].get(k) == v for k, v in match.items()):
+                    self.seen = i + 1
+                    return events[i]
+            self.seen = len(events)
+            tail = console_of(self.proc)[-3000:] if hasattr(self.proc, "console") else ""
+            assert not exited, f"the driver exited ({self.proc.returncode}) before an event {match}:\n{tail}"
+            assert time.monotonic() < deadline, f"no event {match} in {timeout_s:.0f}s:\n{tail}"
+            time.sleep(0.05)

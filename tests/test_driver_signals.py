@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from ray_helpers import ft_config, metrics, run_driver, run_processes, start_driver
+from ray_helpers import EventWatch, console_of, ft_config, metrics, run_driver, run_processes, start_logged_driver
 
 pytest.importorskip("vllm")
 
@@ -19,11 +18,9 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
     before = run_processes()
     # many rounds: the run must still be going when the signal comes, after the second driver was refused
     cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm", "federation.rounds=100")
-    driver = start_driver(cfg)
+    driver = start_logged_driver(cfg)
     try:
-        for line in driver.stdout:  # wait until the engines are up and a step ran
-            if "round 1/100 step 1/3" in line:
-                break
+        EventWatch(driver, cfg.run_dir).wait(event="step", round=1, step=1)  # the engines are up, a step ran
         started = {p: c for p, c in run_processes().items() if p not in before}
         assert any("VLLM::EngineCore" in c for c in started.values()), started
         # a second driver on the same run_dir (a resubmitted job, a colleague) waits the lease's ttl for the
@@ -47,7 +44,7 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
     finally:
         if driver.poll() is None:
             driver.kill()
-    stderr = driver.stderr.read()
+    stderr = console_of(driver)
     assert code == 128 + signal.SIGTERM, stderr[-2000:]
     assert "stopped by SIGTERM" in stderr
     deadline = time.monotonic() + 30
@@ -67,11 +64,9 @@ def test_sigkilled_driver_leaves_no_engine_worker_behind(digit_model_dir, tmp_pa
     engine core dies with its actor, exits by itself once its parent is gone."""
     before = run_processes()
     cfg = ft_config(digit_model_dir, tmp_path / "run", "rollout.backend=vllm")
-    driver = start_driver(cfg, stderr=subprocess.DEVNULL)
+    driver = start_logged_driver(cfg)
     try:
-        for line in driver.stdout:
-            if "round 1/2 step 1/3" in line:
-                break
+        EventWatch(driver, cfg.run_dir).wait(event="step", round=1, step=1)
         engines = {p: c for p, c in run_processes().items() if p not in before and "VLLM::" in c}
         assert any("VLLM::Worker" in c for c in engines.values()), engines
         driver.kill()

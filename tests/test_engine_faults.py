@@ -19,7 +19,9 @@ import time
 
 import psutil
 import pytest
-from ray_helpers import final_sha, ft_config, metrics, run_driver, start_driver
+from ray_helpers import EventWatch, console_of, final_sha, ft_config, metrics, run_driver, start_logged_driver
+
+from pubswap.run.events import read_events
 
 pytest.importorskip("vllm")
 
@@ -59,30 +61,29 @@ def test_hung_client_and_dead_engine_are_restarted_and_the_rounds_redone(digit_m
     reference = run_driver(ft_config(digit_model_dir, tmp_path / "reference", *VLLM))
     assert reference.returncode == 0, reference.stderr[-3000:]
     cfg = ft_config(digit_model_dir, tmp_path / "run", *VLLM)
-    driver = start_driver(cfg, stderr=subprocess.STDOUT)
-    out, frozen, engines, idle_core = [], None, [], None
+    driver = start_logged_driver(cfg)
+    watch, frozen, engines, idle_core = EventWatch(driver, cfg.run_dir), None, [], None
     try:
-        for line in driver.stdout:
-            out.append(line)
-            if frozen is None and line.startswith("round 1/3 step 1/3"):
-                frozen = client_actors()[0]
-                frozen.send_signal(signal.SIGSTOP)
-            elif not engines and line.startswith("round 2/3 step 1/3"):
-                actor = client_actors()[0]
-                engines = [c for c in actor.children(recursive=True) if "VLLM::" in c.name()]
-                core = next(c for c in engines if "EngineCore" in c.name())
-                core.kill()
-            elif idle_core is None and line.startswith("round 3/3 step 1/3"):
-                idle_core = kill_an_idle_engine(driver)
+        watch.wait(event="step", round=1, step=1)
+        frozen = client_actors()[0]
+        frozen.send_signal(signal.SIGSTOP)
+        watch.wait(event="step", round=2, step=1)
+        actor = client_actors()[0]
+        engines = [c for c in actor.children(recursive=True) if "VLLM::" in c.name()]
+        core = next(c for c in engines if "EngineCore" in c.name())
+        core.kill()
+        watch.wait(event="step", round=3, step=1)
+        idle_core = kill_an_idle_engine(driver)
         code = driver.wait(timeout=300)
     finally:
         if driver.poll() is None:
             driver.kill()
-    text = "".join(out)
+    text = console_of(driver)
     assert code == 0, text[-3000:]
-    assert "round 1: an actor died or hung" in text and "fault_tolerance.step_timeout_s=15" in text
-    assert "round 2: an actor died or hung" in text and f"vLLM engine process {core.pid} (VLLM::EngineCore)" in text
-    assert idle_core is not None and "round 3: an actor died or hung" in text, text[-3000:]
+    recoveries = read_events(cfg.run_dir, "recovery")
+    assert [(e["phase"], e["round"]) for e in recoveries] == [("round", 1), ("round", 2), ("round", 3)], text[-3000:]
+    assert "fault_tolerance.step_timeout_s=15" in recoveries[0]["error"]  # round 1: hung
+    assert f"vLLM engine process {core.pid} (VLLM::EngineCore)" in text  # the watchdog's line, from the actor
     assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 1, 1]
     assert final_sha(cfg.run_dir, rounds=3) == final_sha(tmp_path / "reference", rounds=3)
     deadline = time.monotonic() + 30

@@ -14,7 +14,18 @@ from pathlib import Path
 
 import pytest
 import ray
-from ray_helpers import RAY_ENV, final_sha, ft_config, metrics, run_driver, start_driver, step_rewards, tb_scalars
+from ray_helpers import (
+    RAY_ENV,
+    EventWatch,
+    console_of,
+    final_sha,
+    ft_config,
+    metrics,
+    run_driver,
+    start_logged_driver,
+    step_rewards,
+    tb_scalars,
+)
 
 from jobs.train import train
 from pubswap.lora import WEIGHTS_NAME, read_adapter
@@ -59,11 +70,9 @@ def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_re
     run bitwise equal to the uninterrupted one."""
     cfg = ft_config(digit_model_dir, tmp_path / "run", "fault_tolerance.lease_ttl_s=4")
     lease_path = Path(cfg.run_dir) / "LEASE"
-    driver = start_driver(cfg)
+    driver = start_logged_driver(cfg)
     try:
-        for line in driver.stdout:
-            if line.startswith("round 1/2 done"):
-                break
+        EventWatch(driver, cfg.run_dir).wait(event="round", round=1)
         assert json.loads(lease_path.read_text())["pid"] == driver.pid
         lease_path.write_text(
             json.dumps({"id": "x" * 32, "host": "node-b", "pid": 4242, "started": "now", "beat": 0, "time": 0})
@@ -72,7 +81,7 @@ def test_a_driver_whose_lease_is_taken_over_stops_without_writing_and_the_run_re
     finally:
         if driver.poll() is None:
             driver.kill()
-    stderr = driver.stderr.read()
+    stderr = console_of(driver)
     assert code == 3, stderr[-2000:]
     assert "stopped: the lease of" in stderr and "taken over by pid 4242 on node-b" in stderr
     assert [r["round"] for r in metrics(cfg.run_dir)] == [1]

@@ -8,16 +8,25 @@ actor outside the collective group (exit 1), FedSRD's restarted actor would appl
 download to its initial adapter, and a DSGD client would silently gossip from its initial weights."""
 
 import os
-import re
 import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from ray_helpers import cmdline, final_sha, ft_config, metrics, process_tree, start_driver
+from ray_helpers import (
+    EventWatch,
+    cmdline,
+    console_of,
+    final_sha,
+    ft_config,
+    metrics,
+    process_tree,
+    start_logged_driver,
+)
 
 from pubswap.algorithms.participation import participants
+from pubswap.run.events import read_events
 
 METHODS = {
     "fedit": ("federation.method=fedavg-grpo", "federation.clients_per_round=1"),
@@ -85,37 +94,32 @@ def test_actors_restarted_between_calls_are_recovered_bitwise(method, ft_referen
     reference = ft_reference_of(*METHODS[method])
 
     cfg = ft_config(digit_model_dir, tmp_path / "run", *METHODS[method])
-    proc = start_driver(cfg)
-    out, idle_killed, committed = [], False, []
+    proc = start_logged_driver(cfg)
+    watch, idle_killed, committed = EventWatch(proc, cfg.run_dir), False, []
     watcher = threading.Thread(
         target=on_commit, args=(proc.pid, Path(cfg.run_dir) / "checkpoints", committed), daemon=True
     )
     try:
-        for line in proc.stdout:
-            out.append(line)
-            m = re.match(r"client actors: 2, hosting clients \[\[0\], \[1\]\], pids \[(\d+), (\d+)\]", line)
-            if m:
-                pids = [int(m.group(1)), int(m.group(2))]
-            if not idle_killed and line.startswith("round 1/2 step 1/3"):
-                chosen = participants(cfg.seed, 1, 2, cfg.federation.clients_in_round())
-                idle = next((c for c in (0, 1) if c not in chosen), 1)  # gossip: every client takes part
-                kill_between_calls(proc.pid, pids[idle])
-                idle_killed = True
-                watcher.start()
+        pids = watch.wait(event="actors")["pids"]
+        watch.wait(event="step", round=1, step=1)
+        chosen = participants(cfg.seed, 1, 2, cfg.federation.clients_in_round())
+        idle = next((c for c in (0, 1) if c not in chosen), 1)  # gossip: every client takes part
+        kill_between_calls(proc.pid, pids[idle])
+        idle_killed = True
+        watcher.start()
         code = proc.wait(timeout=300)
     finally:
         committed.append(True)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
             proc.kill()
-    text = "".join(out)
-    assert code == 0, text[-3000:] + proc.stderr.read()[-3000:]
+    assert code == 0, console_of(proc)[-3000:]
     assert idle_killed and len(committed) >= 1
     # each restart is noticed, by the driver's incarnation check or, when a call was already queued for
-    # the old process, by Ray ("The actor was restarted"); never missed
-    assert text.count("an actor died or hung") == 2, text[-3000:]
-    assert "restarting the clients to redo round 1" in text
-    assert "restarting the clients to evaluate round 1 again" in text, text[-3000:]
+    # the old process, by Ray ("The actor was restarted"); never missed: round 1 is redone, then its
+    # evaluation (the second actor died while the round was being committed)
+    recoveries = [(e["phase"], e["round"]) for e in read_events(cfg.run_dir, "recovery")]
+    assert recoveries == [("round", 1), ("evaluation", 1)], console_of(proc)[-3000:]
     got, ref = metrics(cfg.run_dir), metrics(reference)
     assert [r["recoveries"] for r in got] == [1, 0]
     assert [r.get("pass@1") for r in got] == [r.get("pass@1") for r in ref]  # every actor evaluated the right adapter

@@ -12,14 +12,15 @@ import json
 import shutil
 
 import torch
-from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_driver
+from ray_helpers import final_sha, ft_config, kill_cluster_when, metrics, run_driver, start_logged_driver
 
 from pubswap.run import step_checkpoint
+from pubswap.run.events import read_events
 
 
 def test_a_kill_after_step_2_of_3_resumes_at_step_3_bitwise(ft_reference, digit_model_dir, tmp_path):
     cfg = ft_config(digit_model_dir, tmp_path / "run", "checkpoint.every_steps=1")
-    tree = kill_cluster_when(start_driver(cfg), "round 2 step 2: in-round checkpoint saved")
+    tree = kill_cluster_when(start_logged_driver(cfg), run_dir=cfg.run_dir, event="inround", round=2, step=2)
     assert len(tree) > 3, "the driver's local Ray (GCS, raylet, workers) should have been running"
     saved = step_checkpoint.load(tmp_path / "run" / "checkpoints", 2)
     assert saved is not None and saved.step == 2 and sorted(saved.states) == [0, 1]
@@ -27,8 +28,11 @@ def test_a_kill_after_step_2_of_3_resumes_at_step_3_bitwise(ft_reference, digit_
     done = run_driver(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "round 2: continuing at step 3 from the in-round checkpoint after step 2" in done.stdout
-    redone = [line for line in done.stdout.splitlines() if line.startswith("round 2/2 step")]
-    assert [line.split()[3] for line in redone] == ["3/3"], redone  # steps 1-2 not redone
+    events = read_events(cfg.run_dir)
+    rerun = events[max(i for i, e in enumerate(events) if e["event"] == "start") :]
+    assert rerun[0]["resume_round"] == 1
+    redone = [(e["round"], e["step"]) for e in rerun if e["event"] == "step"]
+    assert redone == [(2, 3)], redone  # steps 1-2 not redone
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
     ref = metrics(ft_reference)[1]["steps"]
     got = metrics(cfg.run_dir)[1]["steps"]

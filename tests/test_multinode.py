@@ -11,7 +11,18 @@ import time
 
 import pytest
 from ray.cluster_utils import Cluster
-from ray_helpers import final_sha, ft_config, metrics, run_driver, run_processes, start_driver
+from ray_helpers import (
+    EventWatch,
+    console_of,
+    final_sha,
+    ft_config,
+    metrics,
+    run_driver,
+    run_processes,
+    start_logged_driver,
+)
+
+from pubswap.run.events import read_events
 
 SPREAD = ["resources.cpus_per_client=1", "resources.placement_strategy=SPREAD"]
 
@@ -53,23 +64,21 @@ def test_clients_spread_over_nodes_and_a_removed_node_is_survived_bitwise(
     c, workers = cluster
     env = {"RAY_ADDRESS": c.address}
     cfg = ft_config(digit_model_dir, tmp_path / "run", *SPREAD)
-    driver = start_driver(cfg, env_extra=env)
+    driver = start_logged_driver(cfg, env_extra=env)
     try:
-        for line in driver.stdout:  # mid-round 2: step 1 done, step 2 (public) under way
-            if line.startswith("round 2/2 step 1/3"):
-                break
+        EventWatch(driver, cfg.run_dir).wait(event="step", round=2, step=1)  # step 2 (public) under way
         placed = client_actors_by_node(workers)
         # SPREAD: the two clients' actors on two different worker nodes (PACK would put both on one), the third
         # node spare
         assert sorted(len(p) for p in placed.values()) == [0, 1, 1], placed
         victim = next(i for i, p in placed.items() if p)
         c.remove_node(workers[victim], allow_graceful=False)  # the node is gone: raylet and its workers
-        out, _ = driver.communicate(timeout=300)
+        driver.wait(timeout=300)
     finally:
         if driver.poll() is None:
             driver.kill()
-    assert driver.returncode == 0, driver.stderr.read()[-3000:]
-    assert "round 2: an actor died or hung" in out and "restarting the clients to redo round 2" in out
+    assert driver.returncode == 0, console_of(driver)[-3000:]
+    assert [(e["phase"], e["round"]) for e in read_events(cfg.run_dir, "recovery")] == [("round", 2)]
     records = metrics(cfg.run_dir)
     assert [r["round"] for r in records] == [1, 2]
     assert [r["recoveries"] for r in records] == [0, 1]  # round 2 was redone once, on the spare node

@@ -5,15 +5,26 @@ Each run ends bitwise equal to the uninterrupted one."""
 
 import json
 import os
-import re
 import shutil
 import signal
 import threading
 import time
 
 import pytest
-from ray_helpers import alive, cmdline, final_sha, ft_config, metrics, process_tree, run_driver, start_driver
+from ray_helpers import (
+    EventWatch,
+    alive,
+    cmdline,
+    console_of,
+    final_sha,
+    ft_config,
+    metrics,
+    process_tree,
+    run_driver,
+    start_logged_driver,
+)
 
+from pubswap.run.events import read_events
 from pubswap.run.faults import ENV as FAULT_ENV
 
 
@@ -24,10 +35,7 @@ def test_a_client_killed_during_the_base_evaluation_is_recovered(ft_reference, d
     done = run_driver(cfg, {FAULT_ENV: str(fault)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "fault.json.fired").exists()
-    assert (
-        "start: an actor died or hung" in done.stdout
-        and "restarting the clients to evaluate the base model" in done.stdout
-    )
+    assert [(e["phase"], e["round"]) for e in read_events(cfg.run_dir, "recovery")] == [("start", 0)]
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
 
 
@@ -44,10 +52,10 @@ FEDSRD = ("federation.method=fedavg-grpo", "federation.clients_per_round=1", "fe
 @pytest.mark.parametrize(
     "moment,overrides,before",
     [
-        ("swap", (), "step 1/3"),  # step 2 is public: the server hands out the batch and swaps the answers
-        ("aggregation", FEDSRD, "step 3/3"),
+        ("swap", (), 1),  # after step 1: step 2 is public, the server hands out the batch and swaps the answers
+        ("aggregation", FEDSRD, 3),  # after the last step FedSRD's server aggregates the uploads
     ],
-)  # after the last step FedSRD's server aggregates the uploads
+)
 def test_the_server_killed_or_hung_in_a_call_is_restarted_and_the_round_redone(
     moment, overrides, before, ft_reference_of, digit_model_dir, tmp_path
 ):
@@ -55,19 +63,17 @@ def test_the_server_killed_or_hung_in_a_call_is_restarted_and_the_round_redone(
     flight; round 2: it is frozen and left so (fault_tolerance.step_timeout_s ends the wait, and the
     recovery kills it rather than leaving it stopped)."""
     cfg = ft_config(digit_model_dir, tmp_path / "run", *overrides, "fault_tolerance.step_timeout_s=10")
-    proc = start_driver(cfg)
-    out, killed, stopped = [], None, None
+    proc = start_logged_driver(cfg)
+    watch, killed, stopped = EventWatch(proc, cfg.run_dir), None, None
     try:
-        for line in proc.stdout:
-            out.append(line)
-            if killed is None and line.startswith(f"round 1/2 {before}"):
-                killed = server_of(proc.pid)
-                os.kill(killed, signal.SIGSTOP)
-                time.sleep(5)  # the driver's call is waiting on it now
-                os.kill(killed, signal.SIGKILL)
-            elif stopped is None and line.startswith(f"round 2/2 {before}"):
-                stopped = server_of(proc.pid)
-                os.kill(stopped, signal.SIGSTOP)
+        watch.wait(event="step", round=1, step=before)
+        killed = server_of(proc.pid)
+        os.kill(killed, signal.SIGSTOP)
+        time.sleep(5)  # the driver's call is waiting on it now
+        os.kill(killed, signal.SIGKILL)
+        watch.wait(event="step", round=2, step=before)
+        stopped = server_of(proc.pid)
+        os.kill(stopped, signal.SIGSTOP)
         code = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
@@ -77,10 +83,10 @@ def test_the_server_killed_or_hung_in_a_call_is_restarted_and_the_round_redone(
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    text = "".join(out)
-    assert code == 0, text[-3000:] + proc.stderr.read()[-3000:]
-    assert "round 1: an actor died or hung" in text and "round 2: an actor died or hung" in text, text[-3000:]
-    assert "a client is hung" in text.split("round 2: an actor died or hung", 1)[1], text[-3000:]
+    assert code == 0, console_of(proc)[-3000:]
+    recoveries = read_events(cfg.run_dir, "recovery")
+    assert [(e["phase"], e["round"]) for e in recoveries] == [("round", 1), ("round", 2)], console_of(proc)[-3000:]
+    assert "hung" in recoveries[1]["error"]  # found by the step timeout, not by a death
     assert stopped != killed and not alive(stopped)  # the hung one was killed, not left stopped
     assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 1]
     assert final_sha(cfg.run_dir) == final_sha(ft_reference_of(*overrides))
@@ -93,26 +99,20 @@ def test_an_actor_whose_restart_fails_to_start_is_made_again(ft_reference, digit
     model = tmp_path / "model"
     shutil.copytree(digit_model_dir, model)
     cfg = ft_config(model, tmp_path / "run")
-    proc = start_driver(cfg)
-    out = []
+    proc = start_logged_driver(cfg)
+    watch = EventWatch(proc, cfg.run_dir)
     try:
-        for line in proc.stdout:
-            out.append(line)
-            m = re.match(r"client actors: 2, hosting clients \[\[0\], \[1\]\], pids \[(\d+), (\d+)\]", line)
-            if m:
-                pids = [int(m.group(1)), int(m.group(2))]
-            if line.startswith("round 1/2 step 1/3"):
-                model.rename(tmp_path / "away")
-                os.kill(pids[1], signal.SIGKILL)
-                threading.Timer(8.0, (tmp_path / "away").rename, args=(model,)).start()
-                break
-        rest = proc.stdout.read()
+        pids = watch.wait(event="actors")["pids"]
+        watch.wait(event="step", round=1, step=1)
+        model.rename(tmp_path / "away")
+        os.kill(pids[1], signal.SIGKILL)
+        threading.Timer(8.0, (tmp_path / "away").rename, args=(model,)).start()
         code = proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
-    text = "".join(out) + rest
-    assert code == 0, text[-3000:] + proc.stderr.read()[-3000:]
-    assert "failed to start" in text and "starting it again" in text, text[-3000:]
+    text = console_of(proc)
+    assert code == 0, text[-3000:]
+    assert "failed to start" in text and "starting it again" in text, text[-3000:]  # the console says why
     assert [r["recoveries"] for r in metrics(cfg.run_dir)] == [1, 0]
     assert final_sha(cfg.run_dir) == final_sha(ft_reference)
