@@ -40,8 +40,7 @@ from pubswap.data.order import private_batch, private_steps_before
 from pubswap.data.prompt_length import chat_prompt_ids
 from pubswap.data.rewards import in_format, make_row_reward
 from pubswap.data.rows import Row
-from pubswap.learner.full_trainer import FullGRPOTrainer
-from pubswap.learner.trainer import DTYPES, LoraGRPOTrainer, Sample
+from pubswap.learner.trainer import DTYPES, GRPOTrainer, Sample
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, truncate_rank, unflatten
 from pubswap.run.faults import maybe_crash
 from pubswap.run.step_checkpoint import load_optimizer_state, optimizer_state
@@ -102,7 +101,7 @@ class LogicalClient:
     pre_average: Adapter | None = None  # the adapter it had trained when the round's average began
 
 
-class ClientCore(GossipPeer):
+class ClientCore:
     """The actor's logic without Ray, so it reads (and can be driven) as plain Python.
 
     `shards` maps each hosted client id to its private rows.
@@ -129,12 +128,12 @@ class ClientCore(GossipPeer):
         # adapters reach the engine through node-local RAM, in the engine's dtype (not the shared run_dir)
         self.adapter_dir = private_adapter_dir(adapter_root(c.rollout.adapter_dir))
         full = c.federation.full_parameter  # dsgd, chocosgd, seedflood: every weight, no LoRA
-        trainer_cls, strategy = (FullGRPOTrainer, None) if full else (LoraGRPOTrainer, make_strategy(c.federation))
+        policy, strategy = ("full", None) if full else ("lora", make_strategy(c.federation))
         # actors sharing a card load one at a time, and the engine waits for its share of the card
         # (a restarted actor's predecessor may still hold it): actors/card_share.py
         with card_turn(card_uuid()):
-            self.trainer = trainer_cls.load(
-                model_dir, c.lora, c.grpo, dtype=self._train_dtype(), strategy=strategy, seed=c.seed
+            self.trainer = GRPOTrainer.load(
+                model_dir, c.lora, c.grpo, dtype=self._train_dtype(), strategy=strategy, seed=c.seed, policy=policy
             )
             self.tokenizer = self.trainer.tokenizer
             r = c.rollout
@@ -176,7 +175,7 @@ class ClientCore(GossipPeer):
         self._active: int | None = None  # whose weights the trainer holds
         for cid in self.clients:
             self._sync_engine(cid)
-        self._gossip_setup()
+        self.peer = GossipPeer(self)  # the serverless methods' side of this actor (actors/gossip_peer.py)
 
     def _default_max_num_seqs(self, hosted: int) -> int:
         """Every sequence of one engine call at once: a step's rollouts of all hosted clients, or this
@@ -246,7 +245,36 @@ class ClientCore(GossipPeer):
             client.optimizer = self.trainer.new_optimizer()
             self._sync_engine(cid)
         self._active = None
-        self.flood_base, self.pending = None, {}  # SeedFlood: the period starts from the global weights
+        self.peer.new_period()  # SeedFlood: the period starts from the global weights
+
+    # --- the gossip peer's host (actors/gossip_peer.py: PeerHost) and its calls from the driver ---
+
+    def serve(self, cid: int) -> None:
+        self._sync_engine(cid)
+
+    def release_trainer(self) -> None:
+        self._active = None
+
+    def start_round(self) -> None:
+        self.peer.start_round()
+
+    def gossip_payload(self, round_idx: int, step: int, cids: Sequence[int]):
+        return self.peer.gossip_payload(round_idx, step, cids)
+
+    def gossip_apply(self, round_idx: int, step: int, rows, need: Sequence[int], *payloads) -> dict:
+        return self.peer.gossip_apply(round_idx, step, rows, need, *payloads)
+
+    def flood_messages(self, round_idx: int, step: int) -> dict:
+        return self.peer.flood_messages(round_idx, step)
+
+    def flood_apply(self, round_idx: int, step: int, messages) -> dict:
+        return self.peer.flood_apply(round_idx, step, messages)
+
+    def hosted_states(self) -> dict:
+        return self.peer.hosted_states()
+
+    def load_states(self, states) -> None:
+        self.peer.load_states(states)
 
     def train_states(self, cids: Sequence[int]) -> dict[int, dict]:
         """Each client's adapter and optimizer state (moments, step count) as CPU tensors, for an
@@ -375,7 +403,7 @@ class ClientCore(GossipPeer):
             self.engine.sleep()  # sleep mode (GPU): the engine's memory is the trainer's until the next rollout
             self._activate(cid)
             if self.cfg.federation.gossip_rule == "seedflood":  # a zeroth-order step, sent as (seed, scalar)
-                metrics = self.zo_train(cid, samples, round_idx, step)
+                metrics = self.peer.zo_train(cid, samples, round_idx, step)
             else:
                 metrics = self.trainer.step(samples, owner=cid)
             self.clients[cid].adapter = self.trainer.adapter()

@@ -14,18 +14,23 @@ CHOCO's public copies xh_j are kept once per actor for every j its clients need 
 their neighbours), starting at the run's initial weights; all holders of xh_j apply the same messages,
 so the copies agree everywhere.
 
-SeedFlood: a client's local step is zeroth-order (trainer.zo_step) and its whole update is a 20-byte
-message (step, origin, seed, scalar). Every client starts a gossip period from the same weights x_b
-(held once per actor); within it a client holds x_b plus its own messages. At the period's end the
-messages are flooded (jobs/federation.py counts the hops and bytes of the flood on the graph) and
-every client rebuilds x_b + all of the period's messages in canonical order: bitwise the same weights
-on every client and actor, so one tensor per actor serves all its clients again.
+SeedFlood: a client's local step is zeroth-order (pubswap/methods/seedflood.py: zo_step) and its whole
+update is a 20-byte message (step, origin, seed, scalar). Every client starts a gossip period from the
+same weights x_b (held once per actor); within it a client holds x_b plus its own messages. At the
+period's end the messages are flooded (jobs/gossip_rounds.py counts the hops and bytes of the flood on
+the graph) and every client rebuilds x_b + all of the period's messages in canonical order: bitwise the
+same weights on every client and actor, so one tensor per actor serves all its clients again.
+
+The peer is a component its client actor owns (`ClientCore.peer`); it reaches the actor only through
+`PeerHost`, and the actor's gossip calls (gossip_payload, gossip_apply, flood_messages, flood_apply,
+hosted_states, load_states, start_round) hand over to it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -39,29 +44,55 @@ from pubswap.algorithms.gossip import (
     mix_row,
 )
 from pubswap.algorithms.topology import make_topology
+from pubswap.config import RunConfig
 from pubswap.lora import Adapter, flatten
+from pubswap.methods.seedflood import zo_step
 from pubswap.run.faults import maybe_crash
+from pubswap.run.timing import PhaseTimer
 from pubswap.seeding import derive_seed
 
 
-class GossipPeer:
-    """Mixed into ClientCore: uses its `cfg`, `clients`, `_sync_engine` and `timer`."""
+class PeerHost(Protocol):
+    """What a gossip peer needs from the client actor that owns it (actors/client.py's ClientCore)."""
 
-    def _gossip_setup(self) -> None:
-        f = self.cfg.federation
+    cfg: RunConfig
+    clients: dict  # hosted client id -> its state: `.adapter` (its own tensors), `.optimizer`
+    global_adapter: Adapter  # the weights the run (or the last set_global) started every client from
+    timer: PhaseTimer  # gossip time counts as "avg"
+    trainer: Any  # the client's GRPO learner (pubswap/learner/trainer.py)
+
+    def serve(self, cid: int) -> None:
+        """Client `cid`'s tensors changed: hand them to the engine."""
+
+    def release_trainer(self) -> None:
+        """The trainer's live weights are no hosted client's any more."""
+
+
+class GossipPeer:
+    """The client actor's side of the serverless methods; one per actor, for all its hosted clients."""
+
+    def __init__(self, host: PeerHost):
+        self.host = host
+        f = host.cfg.federation
         self.public: dict[int, Adapter] = {}  # CHOCO: xh_j for j in self.need
         self.flood_base: Adapter | None = None  # SeedFlood: x_b, the weights every client starts the period from
         self.pending: dict[int, list[SeedMessage]] = {}  # SeedFlood: each hosted client's messages of the period
+        self.choco_start: Adapter | None = None
         if not f.decentralized:  # federated methods: no graph (its settings are not even checked then)
             self.topo, self.need = None, []
             return
         self.topo = make_topology(f.topology, f.num_clients, f.edges)
-        self.need = sorted({j for i in self.clients for j in (i, *self.topo.neighbours[i])})
+        self.need = sorted({j for i in host.clients for j in (i, *self.topo.neighbours[i])})
         self.compress = make_compressor(f.choco_compressor, f.choco_fraction)
         # CHOCO's public copies start at the run's initial weights (the seeded adapter or the base model),
         # which every client knows without a message; from zeros, the first top-k messages would carry
         # the initial weights themselves, and clients whose top-k sets differ would be pulled apart
-        self.choco_start: Adapter | None = self.global_adapter if f.gossip_rule == "choco" else None
+        if f.gossip_rule == "choco":
+            self.choco_start = host.global_adapter
+
+    def new_period(self) -> None:
+        """SeedFlood: the period starts from the (new) global weights, with no messages yet."""
+        self.flood_base, self.pending = None, {}
 
     def _public(self, j: int) -> Adapter:
         if j not in self.public:
@@ -71,14 +102,14 @@ class GossipPeer:
     def gossip_payload(self, round_idx: int, step: int, cids: Sequence[int]):
         """One object per client (call with num_returns=len(cids)): what it sends each neighbour."""
         out = []
-        with self.timer.phase("avg"):
+        with self.host.timer.phase("avg"):
             for cid in cids:
                 maybe_crash("client", round_idx, step, "gossip", cid)
-                x = self.clients[cid].adapter
-                if self.cfg.federation.gossip_rule == "dsgd":
+                x = self.host.clients[cid].adapter
+                if self.host.cfg.federation.gossip_rule == "dsgd":
                     out.append(x)
                 else:
-                    gen = torch.Generator().manual_seed(derive_seed(self.cfg.seed, "choco", round_idx, step, cid))
+                    gen = torch.Generator().manual_seed(derive_seed(self.host.cfg.seed, "choco", round_idx, step, cid))
                     out.append(choco_message(x, self._public(cid), self.compress, gen))
         return out[0] if len(out) == 1 else tuple(out)
 
@@ -88,28 +119,29 @@ class GossipPeer:
         """Mix (DSGD) or take the consensus step (CHOCO) for the hosted clients in `rows`; returns each
         one's bytes sent and received and this actor's share of the consensus distance."""
         got = dict(zip(need, payloads))
-        with self.timer.phase("avg"):
-            if self.cfg.federation.gossip_rule == "dsgd":
+        with self.host.timer.phase("avg"):
+            if self.host.cfg.federation.gossip_rule == "dsgd":
                 new = {i: mix_row(row, got) for i, row in rows.items()}
             else:
                 for j in need:  # every holder of xh_j applies q_j once
                     self.public[j] = {k: v + dense(got[j][k]) for k, v in self._public(j).items()}
-                gamma = self.cfg.federation.choco_gamma
+                gamma = self.host.cfg.federation.choco_gamma
                 new = {
-                    i: choco_consensus(self.clients[i].adapter, i, row, self.public, gamma) for i, row in rows.items()
+                    i: choco_consensus(self.host.clients[i].adapter, i, row, self.public, gamma)
+                    for i, row in rows.items()
                 }
             sizes = {j: payload_bytes(p) for j, p in got.items()}
             report = []
             for i, x in new.items():
-                self.clients[i].adapter = x
+                self.host.clients[i].adapter = x
                 others = [j for j in rows[i] if j != i]
                 report.append({"client": i, "sent": sizes[i] * len(others), "received": sum(sizes[j] for j in others)})
             flats = [flatten(x, torch.float64)[0] for x in new.values()]
             total = torch.stack(flats).sum(0)
             squares = float(sum((f * f).sum() for f in flats))
         for i in new:
-            self._sync_engine(i)
-        self._active = None
+            self.host.serve(i)
+        self.host.release_trainer()
         return {"clients": report, "sum": total, "sq": squares, "count": len(new)}
 
     # --- SeedFlood ----------------------------------------------------------------------------
@@ -117,57 +149,57 @@ class GossipPeer:
     def zo_train(self, cid: int, samples, round_idx: int, step: int) -> dict:
         """Client `cid`'s zeroth-order GRPO step (the trainer holds its weights); its message is kept
         for the period's flood."""
-        f = self.cfg.federation
-        seed = derive_seed(self.cfg.seed, "seedflood", round_idx, step, cid)
-        scalar, metrics = self.trainer.zo_step(samples, seed, f.zo_eps, f.zo_lr, owner=cid)
+        f = self.host.cfg.federation
+        seed = derive_seed(self.host.cfg.seed, "seedflood", round_idx, step, cid)
+        scalar, metrics = zo_step(self.host.trainer, samples, seed, f.zo_eps, f.zo_lr, owner=cid)
         self.pending.setdefault(cid, []).append(SeedMessage(step, cid, seed, scalar))
         return metrics
 
     def flood_messages(self, round_idx: int, step: int) -> dict[int, list[SeedMessage]]:
         """The hosted clients' messages of the period (what each one starts flooding)."""
-        for cid in self.clients:
+        for cid in self.host.clients:
             maybe_crash("client", round_idx, step, "gossip", cid)
-        return {cid: list(self.pending.get(cid, [])) for cid in self.clients}
+        return {cid: list(self.pending.get(cid, [])) for cid in self.host.clients}
 
     def flood_apply(self, round_idx: int, step: int, messages: Sequence[SeedMessage]) -> dict:
         """Every client has received every message of the period: x_b += the messages in canonical
         order; every hosted client holds x_b (one shared tensor dict). Returns this actor's share of
         the consensus distance (which is 0 exactly when all actors rebuilt the same bits)."""
-        with self.timer.phase("avg"):
-            base = self.flood_base if self.flood_base is not None else self.global_adapter
+        with self.host.timer.phase("avg"):
+            base = self.flood_base if self.flood_base is not None else self.host.global_adapter
             self.flood_base = apply_messages(base, messages)
             self.pending = {}
-            for client in self.clients.values():
+            for client in self.host.clients.values():
                 client.adapter = self.flood_base
             flat = flatten(self.flood_base, torch.float64)[0]
-            n = len(self.clients)
-        for i in self.clients:
-            self._sync_engine(i)
-        self._active = None
+            n = len(self.host.clients)
+        for i in self.host.clients:
+            self.host.serve(i)
+        self.host.release_trainer()
         digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()  # the driver checks all actors agree
         return {"sum": flat * n, "sq": float((flat * flat).sum()) * n, "count": n, "digest": digest}
 
     def hosted_states(self) -> dict:
         """Every hosted client's own tensors (LoRA or all weights), and (CHOCO) the public copy it owns."""
         return {
-            "x": {i: c.adapter for i, c in self.clients.items()},
-            "public": {i: self.public[i] for i in self.clients if i in self.public},
+            "x": {i: c.adapter for i, c in self.host.clients.items()},
+            "public": {i: self.public[i] for i in self.host.clients if i in self.public},
         }
 
     def load_states(self, states: Mapping) -> None:
         """Resume or restart: the clients' tensors and the public copies they need, from a checkpoint."""
-        for i, client in self.clients.items():
+        for i, client in self.host.clients.items():
             client.adapter = {k: v.clone() for k, v in states["x"][i].items()}
-            self._sync_engine(i)
+            self.host.serve(i)
         self.public = {
             j: {k: v.clone() for k, v in states["public"][j].items()}
             for j in self.need
             if j in states.get("public", {})
         }
-        self._active = None
+        self.host.release_trainer()
 
     def start_round(self) -> None:
         """A fresh optimizer for every hosted client (as the federated methods reset it each round)."""
-        for client in self.clients.values():
-            client.optimizer = self.trainer.new_optimizer()
-        self._active = None
+        for client in self.host.clients.values():
+            client.optimizer = self.host.trainer.new_optimizer()
+        self.host.release_trainer()

@@ -27,8 +27,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from scaling import PeakMemory  # noqa: E402
 
-from jobs.train import build_split, run_gossip_round  # noqa: E402
+from jobs.train import build_split  # noqa: E402
 from pubswap.config import load_config  # noqa: E402
+from pubswap.methods import RoundContext  # noqa: E402
 from pubswap.run.timing import breakdown  # noqa: E402
 
 
@@ -71,9 +72,11 @@ def one(model_dir: Path, out: Path, n: int, topology: str, method: str, actors: 
     init_ray()
     try:
         fed = Federation(cfg, split, str(model_dir), cfg.run_dir)
-        fed.set_global(fed.initial_adapter())
+        start = fed.initial_adapter()
+        fed.set_global(start)
         t = time.perf_counter()
-        record, _, _ = run_gossip_round(fed, cfg, 1, t)  # steps and gossip (no evaluation)
+        # steps and gossip (no evaluation)
+        record, _, _ = cfg.federation.family.run_round(fed, cfg, 1, start, RoundContext(t))
         round_s = time.perf_counter() - t
         record["time"] = breakdown(fed.take_timing(), fed.calls_s, round_s)
         fed.shutdown()

@@ -101,7 +101,7 @@ def exactness(args):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.learner.trainer import LoraGRPOTrainer
+    from pubswap.learner.trainer import GRPOTrainer
 
     def run(budget):
         torch.manual_seed(0)
@@ -115,7 +115,7 @@ def exactness(args):
                 num_key_value_heads=2,
             )
         )
-        t = LoraGRPOTrainer(
+        t = GRPOTrainer(
             model,
             LoraConfig(r=8, alpha=16),
             GRPOConfig(lr=1e-4, micro_batch_tokens=budget, kl_coef=0.05),
@@ -140,13 +140,13 @@ def _paper_step(args, deterministic: bool = False, repeats: int = 1):
     from peft import get_peft_model_state_dict  # noqa: F401 (peft must import)
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.learner.trainer import LoraGRPOTrainer
+    from pubswap.learner.trainer import GRPOTrainer
 
     model, cfg = _qwen3(args, torch.bfloat16)
     grpo = GRPOConfig(
         micro_batch_tokens=args.micro_batch_tokens, logprob_chunk=args.logprob_chunk, gradient_checkpointing=True
     )
-    trainer = LoraGRPOTrainer(model, LoraConfig(r=32, alpha=64), grpo, device=_device())
+    trainer = GRPOTrainer(model, LoraConfig(r=32, alpha=64), grpo, device=_device())
     samples = _samples(args.seqs, args.prompt_len, args.response_len, cfg.vocab_size)
     start = trainer.adapter()
     outs, times = [], []

@@ -44,13 +44,13 @@ def main() -> None:
 
     from actors.rollout import VLLMEngine
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.learner.trainer import LoraGRPOTrainer, Sample
+    from pubswap.learner.trainer import GRPOTrainer, Sample
     from pubswap.lora import save_adapter
     from pubswap.models import resolve_model
 
     model_dir = resolve_model(args.model, Path("runs/_models").resolve())
     lora = LoraConfig(r=args.r, alpha=2 * args.r)
-    trainer = LoraGRPOTrainer.load(model_dir, lora, GRPOConfig(), dtype="float32", seed=0)
+    trainer = GRPOTrainer.load(model_dir, lora, GRPOConfig(), dtype="float32", seed=0)
     gen = torch.Generator().manual_seed(0)
     adapter = {k: (torch.randn(v.shape, generator=gen) * 0.02) for k, v in trainer.adapter().items()}
     trainer.set_adapter(adapter)

@@ -26,8 +26,9 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from jobs.train import build_split, run_round  # noqa: E402
+from jobs.train import build_split  # noqa: E402
 from pubswap.config import load_config  # noqa: E402
+from pubswap.methods import RoundContext  # noqa: E402
 from pubswap.models import resolve_model  # noqa: E402
 from pubswap.run.timing import breakdown  # noqa: E402
 
@@ -82,7 +83,8 @@ def one_round(config: str, overrides: list[str], n: int, actors: int, out: Path)
         g = fed.initial_adapter()
         fed.set_global(g)
         t = time.perf_counter()
-        record, _ = run_round(fed, cfg, 1, g, t)  # the round's training work and average (no evaluation)
+        # the round's training work and average (no evaluation)
+        record, _, _ = cfg.federation.family.run_round(fed, cfg, 1, g, RoundContext(t))
         round_s = time.perf_counter() - t
         record["time"] = breakdown(fed.take_timing(), fed.calls_s, round_s)
         fed.shutdown()

@@ -38,7 +38,7 @@ def main() -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.learner.trainer import LoraGRPOTrainer, Sample
+    from pubswap.learner.trainer import GRPOTrainer, Sample
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -61,7 +61,7 @@ def main() -> None:
         grad_epochs=args.grad_epochs,
         gradient_checkpointing=False,
     )
-    trainer = LoraGRPOTrainer(model, LoraConfig(r=args.r, alpha=2 * args.r), grpo, device="cpu")
+    trainer = GRPOTrainer(model, LoraConfig(r=args.r, alpha=2 * args.r), grpo, device="cpu")
     g = torch.Generator().manual_seed(1)
     samples = [
         Sample(

@@ -25,18 +25,19 @@ from ray.util.placement_group import remove_placement_group
 from actors.client import ClientActor
 from actors.collective import CollectiveSetupError, check_backend_deps, choose_backend
 from actors.server import ServerActor
+from jobs.gossip_rounds import GossipRounds
+from jobs.server_rounds import ServerRounds
 from placement import assign_clients, bundle_strategy, client_bundles, cluster_has_gpus, reserve
 from placement.probe import probe_bundles
 from pubswap.algorithms.aggregation import make_strategy, normalized_weights
 from pubswap.algorithms.evaluation import Score, score
-from pubswap.algorithms.gossip import flood_period, mixing_rows
 from pubswap.algorithms.participation import participants
 from pubswap.algorithms.topology import make_topology
 from pubswap.config import RunConfig
 from pubswap.data.split import FederatedSplit
 from pubswap.learner.gpu_budget import GpuBudgetError, model_shape
 from pubswap.learner.gpu_budget import plan as plan_budget
-from pubswap.lora import Adapter, num_bytes
+from pubswap.lora import Adapter
 
 ACTOR_FAILURES = (RayActorError, ActorUnavailableError, ObjectLostError, OwnerDiedError)
 
@@ -81,8 +82,11 @@ def gather(refs: Sequence[ray.ObjectRef], grace_s: float = 30.0, timeout_s: floa
     return ray.get(list(refs))
 
 
-class Federation:
-    """`actors[a]` hosts the logical clients `assignment[a]`; every call names the round's participants."""
+class Federation(ServerRounds, GossipRounds):
+    """`actors[a]` hosts the logical clients `assignment[a]`; every call names the round's participants.
+    This module holds the base: the actors' life (start, incarnations, recovery, shutdown), the calls
+    every method makes (steps, states, evaluation); the server protocol is jobs/server_rounds.py, the
+    gossip protocol jobs/gossip_rounds.py."""
 
     def __init__(self, cfg: RunConfig, split: FederatedSplit, model_dir: str, run_dir: str):
         self.cfg = cfg
@@ -277,82 +281,6 @@ class Federation:
             self.load_states(states)
         return time.perf_counter() - t
 
-    # --- decentralized methods: gossip among graph neighbours, no server (actors/gossip_peer.py) ---
-
-    def start_round(self) -> None:
-        self._call([a.start_round.remote() for a in self.actors])
-
-    def gossip(self, round_idx: int, step: int) -> dict:
-        """One gossip step of every client with its neighbours. Each actor puts one object per hosted
-        client and fetches exactly those of its clients' neighbours. Returns the consensus distance after
-        it and each client's bytes sent and received."""
-        rows = mixing_rows(self.topo)
-        refs: dict[int, ray.ObjectRef] = {}
-        for a, ids in zip(self.actors, self.assignment):
-            out = a.gossip_payload.options(num_returns=len(ids)).remote(round_idx, step, ids)
-            refs.update(zip(ids, [out] if len(ids) == 1 else out))
-        calls = []
-        for a, ids in zip(self.actors, self.assignment):
-            need = sorted({j for i in ids for j in rows[i]})
-            calls.append(
-                a.gossip_apply.remote(round_idx, step, {i: rows[i] for i in ids}, need, *[refs[j] for j in need])
-            )
-        results = self._call(calls)
-        per_client = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
-        return self._gossip_record(step, results, [c["sent"] for c in per_client], [c["received"] for c in per_client])
-
-    def flood(self, round_idx: int, step: int) -> dict:
-        """SeedFlood's gossip: every client's messages of the period are flooded over the graph until
-        every client holds all of them, then every client applies them (actors/gossip_peer.py). The
-        flood's hops and each client's bytes are those of the protocol on this graph (pubswap.algorithms.gossip.
-        flood_period: each message forwarded once by every client to each neighbour); the messages
-        reach the actors in one call, since each holds all of them after `hops` (<= diameter) hops."""
-        per_actor = self._call([a.flood_messages.remote(round_idx, step) for a in self.actors])
-        new = {cid: msgs for part in per_actor for cid, msgs in part.items()}
-        hops, sent, received = flood_period(self.topo, [new.get(i, []) for i in range(self.topo.n)])
-        ref = ray.put(sorted(m for msgs in new.values() for m in msgs))
-        results = self._call([a.flood_apply.remote(round_idx, step, ref) for a in self.actors])
-        record = self._gossip_record(step, results, sent, received)
-        if len({r["digest"] for r in results}) == 1:
-            record["consensus"] = 0.0  # every actor rebuilt the same bits (the formula would leave rounding)
-        return {**record, "hops": hops}
-
-    def _gossip_record(self, step: int, results: Sequence[dict], sent: list[int], received: list[int]) -> dict:
-        """The consensus distance after a gossip (from the actors' sums and squared norms), each client's
-        bytes, and the mean bytes over a directed edge of the graph."""
-        n = sum(r["count"] for r in results)
-        mean = sum(r["sum"] for r in results) / n
-        consensus = max(0.0, (sum(r["sq"] for r in results) - n * float((mean * mean).sum())) / n)
-        directed = sum(len(nb) for nb in self.topo.neighbours)
-        return {
-            "step": step,
-            "consensus": consensus,
-            "sent": sent,
-            "received": received,
-            "edge_bytes": sum(sent) / max(1, directed),
-        }
-
-    def states(self) -> dict:
-        """Every client's own tensors (and CHOCO's public copies), for the checkpoint."""
-        out: dict = {"x": {}, "public": {}}
-        for part in self._call([a.hosted_states.remote() for a in self.actors]):
-            out["x"].update(part["x"])
-            out["public"].update(part["public"])
-        return out
-
-    def load_states(self, states: dict) -> None:
-        """Each actor gets only its clients' tensors and the public copies its clients need (their own and
-        their neighbours'), not every client's: at 128 clients an actor fetches its share, not the run."""
-        calls = []
-        for a, ids in zip(self.actors, self.assignment):
-            need = {j for i in ids for j in (i, *self.topo.neighbours[i])}
-            part = {
-                "x": {i: states["x"][i] for i in ids},
-                "public": {j: t for j, t in states.get("public", {}).items() if j in need},
-            }
-            calls.append(a.load_states.remote(part))
-        self._call(calls)
-
     def train_states(self, cids: Sequence[int]) -> dict[int, dict]:
         """The adapters and optimizer states of clients `cids` (an in-round checkpoint's content)."""
         out: dict[int, dict] = {}
@@ -390,72 +318,6 @@ class Federation:
             a.private_steps.remote(round_idx, step, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids
         ]
         return {"step": step, "public": False, "clients": self._per_client(self._call(refs))}
-
-    def public_step(self, round_idx: int, step: int, cids: Sequence[int]) -> dict:
-        batch_ref = self.server.public_batch.remote(round_idx, step)
-        busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
-        answers = [a.answer_public.remote(batch_ref, round_idx, step, ids) for a, ids in busy]
-        swapped_ref = self.server.swap.remote(round_idx, step, batch_ref, [ids for _, ids in busy], *answers)
-        swapped = self._call([swapped_ref, *answers])[0]
-        gen_s = {cid: a["gen_s"] for a in self._call(answers) for cid in a["responses"]}
-        results = self._per_client(
-            self._call(
-                [a.public_steps.remote(batch_ref, g, round_idx, step) for (a, _), g in zip(busy, swapped["groups"])]
-            )
-        )
-        for r in results:
-            r["gen_s"] = gen_s[r["client"]]
-        return {
-            "step": step,
-            "public": True,
-            "clients": results,
-            "swapped_in": swapped["swapped_in"],
-            "missing_donors": swapped["missing_donors"],
-            "pool_bytes": swapped["pool_bytes"],
-            "provenance": swapped["provenance"],
-        }
-
-    def average(self, round_idx: int, cids: Sequence[int], start: Adapter) -> tuple[Adapter, list[dict], dict]:
-        """The round's aggregation; every hosted client then holds the new global adapter. Returns it, the
-        participants' drift, and the bytes each participant sent and received ({"upload": [...],
-        "download": [...]} in the order of `cids`).
-
-        A linear strategy is one allreduce of the sent tensors among all actors. Any other runs where it
-        belongs: each actor uploads its participants' payloads, the ServerActor aggregates them (all
-        through the object store, no copy via the driver), and every actor applies the one download."""
-        w = self.weights(cids)
-        order = sorted(cids)
-        if self.strategy.linear:
-            results = self._call(
-                [
-                    a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
-                    for a, ids in zip(self.actors, self._by_actor(cids))
-                ]
-            )
-            averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
-            sent = num_bytes({k: v for k, v in start.items() if self.strategy.trains(k)})
-            comm = {"upload": [sent] * len(order), "download": [sent] * len(order)}
-        else:
-            busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
-            uploads = [a.upload.remote(round_idx, ids) for a, ids in busy]
-            download_ref, info_ref = self.server.aggregate.options(num_returns=2).remote(
-                round_idx, ray.put(start), {c: w[c] for c in order}, *uploads
-            )
-            per_actor = self._call(
-                [
-                    a.apply_download.remote(download_ref, {c: w[c] for c in ids}, round_idx)
-                    for a, ids in zip(self.actors, self._by_actor(cids))
-                ]
-            )
-            results = [{"clients": drift} for drift in per_actor]
-            info = self._call([info_ref])[0]
-            averaged = info["adapter"]
-            comm = {
-                "upload": [info["upload_bytes"][c] for c in order],
-                "download": [info["download_bytes"][c] for c in order],
-            }
-        drift = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
-        return averaged, drift, comm
 
     def evaluate(self, round_idx: int, adapter: Adapter | None = None) -> Score:
         """pass@1 (mean@eval_n) of the global adapter (or `adapter`) on the test set, split across the actors."""

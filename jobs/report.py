@@ -15,7 +15,7 @@ between methods smaller than about two of them are noise.
 
 "norm." is the decentralized leaderboard's normalized performance: final pass@1 / the reference run's
 final pass@1 x 100 (100 = parity). The reference is `--reference`, or else the one run among those
-listed whose federation.method is `centralized` or `centralized-full` (jobs/centralized.py); "-" when
+listed whose federation.method is `centralized` or `centralized-full` (pubswap/methods/centralized.py); "-" when
 there is none.
 """
 

@@ -22,17 +22,15 @@ import sys
 import time
 from pathlib import Path
 
-from jobs.centralized import centralize
 from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
-from pubswap.algorithms.aggregation.base import weighted_mean
-from pubswap.algorithms.evaluation import Score
-from pubswap.config import CENTRALIZED, ConfigError, RunConfig, load_config, resume_conflicts
+from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
-from pubswap.lora import Adapter, num_bytes, squared_distance
+from pubswap.methods import RoundContext, eval_record
+from pubswap.methods.base import mean
 from pubswap.models import resolve_model
 from pubswap.run import metrics_log, step_checkpoint
 from pubswap.run.checkpoint import (
@@ -53,14 +51,12 @@ from pubswap.run.checkpoint import (
 from pubswap.run.events import NAME as EVENTS
 from pubswap.run.events import EventLog
 from pubswap.run.faults import ENV as FAULT_ENV
-from pubswap.run.faults import maybe_crash
 from pubswap.run.lease import Lease, LeaseHeld, LeaseLost
 from pubswap.run.loggers import RunLogger
 from pubswap.run.metrics_log import read_records
 from pubswap.run.plots import curve, label_of, plot
 from pubswap.run.storage import StorageError, is_uri, open_run
 from pubswap.run.timing import breakdown, format_breakdown
-from pubswap.seeding import rng
 
 NO_EVENTS = EventLog(None)
 
@@ -122,58 +118,6 @@ def init_ray() -> None:
         ray.init(runtime_env={"env_vars": env_vars}, include_dashboard=False, logging_level=level)
 
 
-def mean(xs) -> float:
-    return sum(xs) / len(xs) if xs else 0.0
-
-
-def _step_line(r: int, rounds: int, s: int, tau: int, out: dict, elapsed: float) -> str:
-    clients = out["clients"]
-    rewards = " ".join(f"{c['reward_mean']:.2f}" for c in clients)
-    kind = "public " if out["public"] else "private"
-    extra = f" swapped_in {out['swapped_in']}" if out["public"] else ""
-    gen = max(c["gen_s"] for c in clients)
-    train = max(c["train_s"] for c in clients)
-    return (
-        f"round {r}/{rounds} step {s}/{tau} {kind} reward [{rewards}]{extra} "
-        f"gen {gen:.1f}s train {train:.1f}s ({elapsed:.0f}s total)"
-    )
-
-
-def _step_event(r: int, s: int, out: dict) -> dict:
-    return {
-        "round": r,
-        "step": s,
-        "public": bool(out["public"]),
-        "reward": [c["reward_mean"] for c in out["clients"]],
-    }
-
-
-def _round_record(
-    r: int, parts: list[int], steps: list[dict], avg: list[dict], num_actors: int, adapter_bytes: int, comm: dict
-) -> dict:
-    """The round's metrics; per-client lists are in the order of `parts` (the round's participants)."""
-    return {
-        "round": r,
-        "participants": parts,
-        "steps": steps,
-        "drift_sq": [a["drift_sq"] for a in avg],
-        "time": {},  # run_round fills in the breakdown (pubswap/run/timing.py)
-        # upload / download: what each participant sends and receives under the aggregation strategy
-        # (values + positions for sparse payloads, in the dtype sent); public_pool: the public steps'
-        # responses, up to the server and back (all clients). Adapters move between actors, not logical
-        # clients: a ring allreduce among A actors sends 2(A-1)/A of the averaged tensors per actor.
-        "bytes": {
-            "adapter": adapter_bytes,
-            "upload": comm["upload"],
-            "download": comm["download"],
-            "broadcast": num_actors * adapter_bytes,
-            "allreduce": 2 * (num_actors - 1) * adapter_bytes,
-            "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps),
-        },
-        "reward_mean": [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(len(parts))],
-    }
-
-
 class InRoundCheckpoints:
     """The driver's side of in-round checkpoints (pubswap/run/step_checkpoint.py): every
     `checkpoint.every_steps` steps of a federated round, under the lease, persisted like any commit."""
@@ -194,151 +138,6 @@ class InRoundCheckpoints:
     def clear(self) -> None:
         if step_checkpoint.clear(self.ckpt_dir):
             self.run.remove([f"checkpoints/{step_checkpoint.DIR_NAME}"])
-
-
-def run_round(
-    fed,
-    cfg: RunConfig,
-    r: int,
-    start: Adapter,
-    t0: float,
-    inround: InRoundCheckpoints | None = None,
-    events: EventLog = NO_EVENTS,
-) -> tuple[dict, Adapter]:
-    """tau local steps (public ones for PubSwap) and the average of round r (the evaluation follows the
-    commit of the average, in the driver).
-
-    Every client holds the round-start global adapter with a fresh optimizer when this is called; the
-    round's participants (a seeded subset under partial participation) train and are averaged. With an
-    in-round checkpoint of round r (`inround`), the participants take its adapters and optimizer states
-    and the round continues after its step; one is saved every `checkpoint.every_steps` steps.
-    """
-    f = cfg.federation
-    fed.restart_timing()  # set_global, recovery: not this round's
-    parts = fed.participants(r)
-    steps, first = [], 1
-    saved = inround.load(r) if inround is not None else None
-    if saved is not None:
-        fed.load_train_states(saved.states)
-        steps, first = list(saved.steps), saved.step + 1
-        print(f"round {r}: continuing at step {first} from the in-round checkpoint after step {saved.step}", flush=True)
-    with progress(f.tau, f"round {r}/{f.rounds}") as bar:
-        bar.update(first - 1)
-        for s in range(first, f.tau + 1):
-            maybe_crash("driver", r, s, "step")
-            fed.verify_incarnations()
-            out = fed.public_step(r, s, parts) if f.is_public_step(s) else fed.private_step(r, s, parts)
-            steps.append(out)
-            bar.write(_step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0))
-            events.emit("step", **_step_event(r, s, out))
-            if inround is not None and inround.due(s, f.tau):
-                states = fed.train_states(parts)
-                fed.verify_incarnations()  # states of a restarted actor would be its initial ones
-                inround.save(r, s, steps, states)
-                bar.write(f"round {r} step {s}: in-round checkpoint saved")
-                events.emit("inround", round=r, step=s)
-            sys.stdout.flush()
-            bar.update()
-    fed.verify_incarnations()
-    global_adapter, avg, comm = fed.average(r, parts, start)
-    fed.verify_incarnations()
-    return _round_record(r, parts, steps, avg, len(fed.actors), num_bytes(start), comm), global_adapter
-
-
-def evaluate_round(fed, cfg: RunConfig, r: int, average: Adapter, states: dict | None) -> dict:
-    """Round r's evaluation fields, if one is due: pass@1 of the global adapter (every client holds it
-    after the average), or for a decentralized run of the clients' `average` and of `eval_clients`
-    seeded clients' own adapters (`states`; None: SeedFlood, where every client holds `average`)."""
-    f = cfg.federation
-    if not (r % cfg.eval_every == 0 or r == f.rounds):
-        return {}
-    if not f.decentralized:
-        return eval_record(fed.evaluate(r))
-    out = eval_record(fed.evaluate(r, average))
-    k = min(f.eval_clients, f.num_clients)
-    sample = sorted(int(c) for c in rng(cfg.seed, "eval_clients", r).choice(f.num_clients, size=k, replace=False))
-    out["client_pass@1"] = {str(c): fed.evaluate(r, states["x"][c] if states else average).pass_at_1 for c in sample}
-    return out
-
-
-def run_gossip_round(
-    fed, cfg: RunConfig, r: int, t0: float, events: EventLog = NO_EVENTS
-) -> tuple[dict, Adapter, dict]:
-    """A decentralized round: tau local steps of every client and a gossip step with its graph neighbours
-    after every `gossip_every` of them (the evaluation follows the commit, in the driver). Returns the
-    record, the average (the checkpoint's adapter) and every client's state (its own tensors)."""
-    f = cfg.federation
-    fed.restart_timing()
-    parts = list(range(f.num_clients))
-    seedflood = f.gossip_rule == "seedflood"
-    fed.start_round()
-    steps, gossips = [], []
-    with progress(f.tau, f"round {r}/{f.rounds}") as bar:
-        for s in range(1, f.tau + 1):
-            maybe_crash("driver", r, s, "step")
-            fed.verify_incarnations()
-            out = fed.private_step(r, s, parts)
-            line = _step_line(r, f.rounds, s, f.tau, out, time.perf_counter() - t0)
-            # SeedFlood floods at the round's end too: a checkpoint then holds one model, the same on all clients
-            if s % f.gossip_every == 0 or (seedflood and s == f.tau):
-                g = fed.flood(r, s) if seedflood else fed.gossip(r, s)
-                gossips.append(g)
-                out["consensus"] = g["consensus"]
-                line += f", gossip: consensus distance {g['consensus']:.3e}"
-                if seedflood:
-                    line += f", flood delivered in {g['hops']} hops"
-            steps.append(out)
-            bar.write(line)
-            events.emit("step", **_step_event(r, s, out))
-            sys.stdout.flush()
-            bar.update()
-    states = fed.states()
-    fed.verify_incarnations()
-    if seedflood:  # every client rebuilt the same bits: that model is the checkpoint, no per-client states
-        import torch
-
-        average = states["x"][0]
-        differ = [c for c in parts if any(not torch.equal(states["x"][c][k], average[k]) for k in average)]
-        if differ:
-            raise RuntimeError(f"seedflood: clients {differ[:5]} hold other weights than client 0 after the flood")
-    else:
-        average = client_average(states, parts)
-    drift = [{"drift_sq": squared_distance(states["x"][c], average).item()} for c in parts]
-    comm = {
-        "upload": [sum(g["sent"][c] for g in gossips) for c in parts],
-        "download": [sum(g["received"][c] for g in gossips) for c in parts],
-    }
-    record = _round_record(r, parts, steps, drift, len(fed.actors), num_bytes(average), comm)
-    record["consensus"] = [g["consensus"] for g in gossips]
-    record["bytes"]["per_edge"] = [g["edge_bytes"] for g in gossips]  # mean over directed edges, per gossip
-    if seedflood:
-        record["flood_hops"] = [g["hops"] for g in gossips]
-    return record, average, None if seedflood else states
-
-
-def client_average(states: dict, parts: list[int]) -> Adapter:
-    """The uniform mean of the clients' own tensors (what a decentralized run evaluates and checkpoints)."""
-    x = states["x"]
-    return {k: weighted_mean([x[c][k] for c in parts], [1.0 / len(parts)] * len(parts)) for k in x[parts[0]]}
-
-
-def initial_states(adapter: Adapter, num_clients: int) -> dict:
-    """Round 1 of a decentralized run: every client at the initial adapter, no public copies yet."""
-    return {"x": {c: adapter for c in range(num_clients)}, "public": {}}
-
-
-EVAL_FIELDS = ("pass@1", "pass@1_se", "eval_prompts", "eval_n", "format_rate", "client_pass@1")
-
-
-def eval_record(sc: Score) -> dict:
-    """An evaluation's fields in metrics.jsonl (and the checkpoint's fixed state for the base model)."""
-    return {
-        "pass@1": sc.pass_at_1,
-        "pass@1_se": sc.se,
-        "eval_prompts": sc.prompts,
-        "eval_n": sc.n,
-        "format_rate": sc.format_rate,
-    }
 
 
 def _resume_point(cfg: RunConfig, ckpt_dir: Path, start_over: bool = False) -> Checkpoint | None:
@@ -431,9 +230,7 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
     # everything that can reject the input (model, data files, the split) runs before run_dir is touched
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
-    run_cfg = cfg
-    if f.method in CENTRALIZED:
-        run_cfg, split = centralize(cfg, split)
+    run_cfg, split = f.family.prepare(cfg, split)  # the centralized reference runs as another method
     fingerprint = split.fingerprint()
     if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
         raise ResumeError(
@@ -536,12 +333,12 @@ def _train_rounds(
         if fed.topo is not None:
             print(fed.topo.describe(), flush=True)
         lora_config = fed.lora_config()
-        states = None  # decentralized runs: every client's own round-start state
+        method = f.family  # pubswap/methods/: what one round does, evaluates and keeps
+        states = None  # serverless methods: every client's own round-start state
         pending = None  # (record, adapter, states) of a round committed but not yet evaluated
         if ckpt is None:
             global_adapter = fed.initial_adapter()
-            if f.decentralized:
-                states = initial_states(global_adapter, f.num_clients)
+            states = method.initial_states(global_adapter, f.num_clients)
             base, _ = with_recovery(
                 "start",
                 "evaluate the base model again",
@@ -568,8 +365,7 @@ def _train_rounds(
             records, start = [], 1
         else:
             global_adapter = ckpt.adapter()
-            if f.decentralized:
-                states = ckpt.client_states() or initial_states(global_adapter, f.num_clients)
+            states = ckpt.client_states() or method.initial_states(global_adapter, f.num_clients)
             with_recovery(
                 "resume",
                 "load the checkpoint again",
@@ -601,12 +397,15 @@ def _train_rounds(
             )
             if unevaluated:
                 start = ckpt.round
-                pending = (ckpt.state["record"], global_adapter, ckpt.client_states() if f.decentralized else None)
+                pending = (ckpt.state["record"], global_adapter, ckpt.client_states())
         logger = RunLogger(run_dir, cfg.logger, f.tau, user_cfg.to_dict(), records)
         plot_path = run_dir / "progress.png"
-        inround = None if f.decentralized else InRoundCheckpoints(ckpt_dir, cfg.checkpoint.every_steps, persist, run)
-        if f.decentralized and cfg.checkpoint.every_steps:
-            print("checkpoint.every_steps: decentralized methods checkpoint after every round only", flush=True)
+        inround = None
+        if method.checkpoints_in_round:
+            inround = InRoundCheckpoints(ckpt_dir, cfg.checkpoint.every_steps, persist, run)
+        elif cfg.checkpoint.every_steps:
+            print(f"checkpoint.every_steps: {f.method} checkpoints after every round only", flush=True)
+        ctx = RoundContext(t0, events, inround, progress)
         for r in range(start, f.rounds + 1):
             t_round = time.perf_counter()
             if pending is not None:  # committed before the driver died evaluating it: only the evaluation is left
@@ -617,9 +416,7 @@ def _train_rounds(
                 def body():
                     nonlocal t_round
                     t_round = time.perf_counter()
-                    if f.decentralized:
-                        return run_gossip_round(fed, cfg, r, t0, events)
-                    return (*run_round(fed, cfg, r, global_adapter, t0, inround, events), None)
+                    return method.run_round(fed, cfg, r, global_adapter, ctx)
 
                 (record, new_global, new_states), attempt = with_recovery(
                     f"round {r}",
@@ -650,7 +447,7 @@ def _train_rounds(
             global_adapter, states = new_global, new_states
 
             def evaluate():
-                out = evaluate_round(fed, cfg, r, global_adapter, states)
+                out = method.evaluate(fed, cfg, r, global_adapter, states)
                 fed.verify_incarnations()
                 return out
 
@@ -665,7 +462,7 @@ def _train_rounds(
                 round=r,
             )
             if evaluation:
-                events.emit("evaluated", round=r, **{k: v for k, v in evaluation.items() if k in EVAL_FIELDS})
+                events.emit("evaluated", round=r, **evaluation)
             record.update(evaluation)
             record["time"] = breakdown(fed.take_timing(), fed.calls_s, time.perf_counter() - t_round)
             # the log line first, then the commit: a crash in between leaves a line the resume drops

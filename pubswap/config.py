@@ -25,6 +25,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticCustomError
 
+from pubswap import methods
 from pubswap.data.sources import PATHS_PER_SOURCE, SOURCES
 from pubswap.hub import is_hub_id
 from pubswap.models import BUILTIN_PREFIX, BUILTINS, is_builtin
@@ -35,21 +36,8 @@ class ConfigError(ValueError):
     """A config key is unknown or its value is invalid; the message names the dotted key."""
 
 
-# serverless methods: each client exchanges with its graph neighbours only (pubswap/algorithms/gossip.py).
-# The -lora forms gossip the LoRA tensors; dsgd, chocosgd and seedflood train and exchange every weight
-FULL_PARAMETER = ("dsgd", "chocosgd", "seedflood")
-DECENTRALIZED = ("dsgd-lora", "chocosgd-lora", *FULL_PARAMETER)
-GOSSIP_RULES = {
-    "dsgd": "dsgd",
-    "dsgd-lora": "dsgd",
-    "chocosgd": "choco",
-    "chocosgd-lora": "choco",
-    "seedflood": "seedflood",
-}
-# centralized: the reference of normalized performance, one learner on every client's data
-# (jobs/centralized.py); centralized-full trains every weight, the reference of the full-parameter methods
-CENTRALIZED = ("centralized", "centralized-full")
-Method = Literal[
+# federation.method: the names registered in pubswap/methods/ (a test checks they are the same)
+MethodName = Literal[
     "fedavg-grpo",
     "fedprox-grpo",
     "pubswap-balanced",
@@ -208,7 +196,7 @@ class GRPOConfig(Section):
 
 
 class FederationConfig(Section):
-    method: Method = setting("pubswap-balanced", "what the clients run (docs/methods.md)")
+    method: MethodName = setting("pubswap-balanced", "what the clients run (docs/methods.md)")
     num_clients: int = setting(4, "logical clients (resources.num_actors places them on actors)", ge=1)
     rounds: int = setting(10, "communication rounds", resume=True, ge=1)
     tau: int = setting(10, "local steps per round", ge=1)
@@ -242,24 +230,6 @@ class FederationConfig(Section):
 
     @model_validator(mode="after")
     def _rules(self) -> FederationConfig:
-        if self.swap_rule is not None:
-            need(
-                self.swap_period < self.tau,
-                "federation.swap_period",
-                f"must be < federation.tau (paper: tau_swap < tau), got {self.swap_period} >= {self.tau}",
-            )
-        if self.decentralized:
-            from pubswap.algorithms.topology import make_topology
-
-            try:
-                make_topology(self.topology, self.num_clients, self.edges)
-            except ValueError as e:
-                raise fail(f"federation.{'edges' if self.topology == 'edges' else 'topology'}", str(e)) from None
-            need(
-                self.clients_in_round() == self.num_clients,
-                "federation.participation",
-                "decentralized methods train every client every round (participation 1)",
-            )
         self._check_aggregation_kwargs()
         return self
 
@@ -279,37 +249,39 @@ class FederationConfig(Section):
         except ValueError as e:
             raise fail("federation.aggregation_kwargs", str(e)) from None
 
+    # what the method is, from its module (pubswap/methods/)
+
+    @property
+    def family(self) -> methods.Method:
+        return methods.method_of(self.method)
+
     @property
     def decentralized(self) -> bool:
-        return self.method in DECENTRALIZED
+        return self.family.decentralized
 
     @property
     def full_parameter(self) -> bool:
-        """Every weight of the model is trained (no LoRA): dsgd, chocosgd, seedflood, centralized-full."""
-        return self.method in FULL_PARAMETER or self.method == "centralized-full"
+        return self.family.full_parameter
 
     @property
     def gossip_rule(self) -> str | None:
-        """dsgd | choco | seedflood for the decentralized methods, else None."""
-        return GOSSIP_RULES.get(self.method)
+        return self.family.gossip_rule
+
+    @property
+    def swap_rule(self) -> str | None:
+        return self.family.swap_rule
+
+    @property
+    def uses_prox(self) -> bool:
+        return self.family.uses_prox
+
+    def is_public_step(self, step: int) -> bool:
+        return self.family.is_public_step(self, step)
 
     def clients_in_round(self) -> int:
         if self.clients_per_round > 0:
             return min(self.clients_per_round, self.num_clients)
         return max(1, min(self.num_clients, round(self.participation * self.num_clients)))
-
-    @property
-    def swap_rule(self) -> str | None:
-        """'balanced', 'random' or None (no public steps)."""
-        return self.method.removeprefix("pubswap-") if self.method.startswith("pubswap-") else None
-
-    @property
-    def uses_prox(self) -> bool:
-        return self.method == "fedprox-grpo"
-
-    def is_public_step(self, step: int) -> bool:
-        """Steps are numbered 1..tau; step s is public iff the method swaps and s % swap_period == 0."""
-        return self.swap_rule is not None and step % self.swap_period == 0
 
 
 def _no_null_settings(value: Any) -> Any:
@@ -516,7 +488,7 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _rules_across_sections(self) -> RunConfig:
-        lo, f, g, d = self.lora, self.federation, self.grpo, self.data
+        lo, f = self.lora, self.federation
         if isinstance(lo.r, list):
             need(
                 len(lo.r) == f.num_clients,
@@ -530,18 +502,9 @@ class RunConfig(Section):
                 "per-client ranks need federation.aggregation=flexlora (its SVD orders the components, so a "
                 f"client's first r[i] are its best rank-r[i] part), got {f.aggregation}",
             )
-        if f.full_parameter:
-            need(
-                self.rollout.backend == "hf",
-                "rollout.backend",
-                f"federation.method {f.method} trains every weight, so each client's rollouts need its own full "
-                "weights: only the HF backend serves them (set rollout.backend: hf)",
-            )
-        need(
-            d.public_size >= (g.b if f.swap_rule else 0),
-            "data.public_size",
-            f"must be >= grpo.b ({g.b}) for a PubSwap method",
-        )
+        problem = f.family.problem(self)  # the method's own rules (pubswap/methods/)
+        if problem is not None:
+            raise fail(*problem)
         need(
             self.resources.num_actors <= f.num_clients,
             "resources.num_actors",

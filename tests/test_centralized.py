@@ -4,14 +4,13 @@ import json
 
 from ray_helpers import ft_config, metrics
 
-from jobs.centralized import centralize
 from jobs.train import build_split, train
 
 
 def test_centralize_merges_the_split_and_scales_the_batch(digit_model_dir, tmp_path):
     cfg = ft_config(digit_model_dir, tmp_path / "run", "federation.method=centralized", "federation.num_clients=3")
     split = build_split(cfg, str(digit_model_dir))
-    run, merged = centralize(cfg, split)
+    run, merged = cfg.federation.family.prepare(cfg, split)
     assert merged.clients == [[r for part in split.clients for r in part]]  # row for row, in client order
     assert merged.public == split.public and merged.test == split.test
     assert run.federation.num_clients == 1 and run.federation.method == "fedavg-grpo"
@@ -39,7 +38,7 @@ def test_the_full_parameter_reference_is_one_client_training_every_weight(local_
         "federation.num_clients=3",
         "federation.rounds=1",
     )
-    run, _ = centralize(cfg, build_split(cfg, str(digit_model_dir)))
+    run, _ = cfg.federation.family.prepare(cfg, build_split(cfg, str(digit_model_dir)))
     assert run.federation.method == "dsgd" and run.federation.num_clients == 1 and run.grpo.b == 3 * cfg.grpo.b
     train(cfg)
     (rec,) = metrics(cfg.run_dir)

@@ -27,12 +27,12 @@ def test_model_shape_counts_what_the_real_model_has(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     from pubswap.config import GRPOConfig, LoraConfig
-    from pubswap.learner.trainer import LoraGRPOTrainer
+    from pubswap.learner.trainer import GRPOTrainer
 
     shape = model_shape(str(tiny_model_dir), 8, 16, ["all-linear"])
     real = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir))
     assert shape.params == sum(p.numel() for p in real.parameters())
-    t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(), device="cpu")
+    t = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(), device="cpu")
     assert shape.lora_params == sum(p.numel() for p in t.trainable().values())
 
 

@@ -13,8 +13,9 @@ ALLOWED = {
     "algorithms": {CORE},
     "run": {CORE},
     "data": {CORE, "algorithms"},  # a client's data order follows the seeded participation schedule
+    "methods": {CORE, "algorithms", "data", "run"},
     "learner": {CORE, "algorithms", "config"},
-    "config": {CORE, "algorithms", "data", "run"},  # the schema checks names against their registries
+    "config": {CORE, "algorithms", "data", "run", "methods"},  # the schema checks names against registries
 }
 ABOVE = ("ray", "actors", "placement", "jobs", "vllm")
 

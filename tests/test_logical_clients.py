@@ -13,9 +13,10 @@ import torch
 from ray_helpers import tiny_config
 
 from jobs.federation import Federation
-from jobs.train import build_split, run_round
+from jobs.train import build_split
 from pubswap.algorithms.participation import participants
 from pubswap.lora import flatten
+from pubswap.methods import RoundContext
 
 SMALL = [
     "federation.rounds=1",
@@ -35,7 +36,7 @@ def one_round(cfg, model_dir, run_dir):
     try:
         start = fed.initial_adapter()
         fed.set_global(start)
-        record, averaged = run_round(fed, cfg, 1, start, time.perf_counter())
+        record, averaged, _ = cfg.federation.family.run_round(fed, cfg, 1, start, RoundContext(time.perf_counter()))
         home = {c: a for a, cids in enumerate(fed.assignment) for c in cids}
         pre = {c: ray.get(fed.actors[home[c]].get_pre_average.remote(c)) for c in range(cfg.federation.num_clients)}
         post = {c: ray.get(fed.actors[home[c]].get_adapter.remote(c)) for c in range(cfg.federation.num_clients)}

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.learner.trainer import LoraGRPOTrainer
+from pubswap.learner.trainer import GRPOTrainer
 
 pytest.importorskip("vllm")
 
@@ -14,9 +14,7 @@ pytest.importorskip("vllm")
 def test_a_long_prompt_is_not_served_kv_of_another_adapter(tiny_model_dir):
     from actors.rollout import VLLMEngine
 
-    t = LoraGRPOTrainer.load(
-        str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(), dtype="float32", device="cpu"
-    )
+    t = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(), dtype="float32", device="cpu")
     gens = [torch.Generator().manual_seed(s) for s in (1, 2)]
     adapters = [{k: torch.randn(v.shape, generator=g) * 0.3 for k, v in t.adapter().items()} for g in gens]
     engine = VLLMEngine(str(tiny_model_dir), 8, 320, "float32", 0, merged=True, lora_scale=2.0)

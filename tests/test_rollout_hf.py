@@ -5,11 +5,11 @@ import torch
 
 from actors.rollout import HFEngine
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.learner.trainer import LoraGRPOTrainer, Sample
+from pubswap.learner.trainer import GRPOTrainer, Sample
 
 
 def test_hf_engine_sampling_logprobs_match_the_trainer(tiny_model_dir, tmp_path):
-    trainer = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=4, alpha=8), GRPOConfig())
+    trainer = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=4, alpha=8), GRPOConfig())
     tok = trainer.tokenizer
     engine = HFEngine(str(tiny_model_dir), "float32", 0, tok.eos_token_id, tok.pad_token_id)
     prompt = tuple(tok("Calculate 2 + 3.")["input_ids"])

@@ -14,6 +14,7 @@ from ray_helpers import tiny_config
 
 from jobs.train import train
 from pubswap.lora import read_adapter
+from pubswap.methods.federated import Federated
 
 
 def public_steps(record):
@@ -34,10 +35,8 @@ def check_time_accounting(record: dict, measured_s: float) -> None:
 
 @pytest.mark.parametrize("method", ["fedavg-grpo", "fedprox-grpo", "pubswap-balanced", "pubswap-random"])
 def test_round_protocol(method, local_ray, digit_model_dir, tmp_path, monkeypatch):
-    import jobs.train as driver
-
     measured, started = [], []
-    real_round, real_eval = driver.run_round, driver.evaluate_round
+    real_round, real_eval = Federated.run_round, Federated.evaluate
 
     def timed_round(*args, **kwargs):  # the round's wall time, from outside: run_round's start ...
         started.append(time.perf_counter())
@@ -48,8 +47,8 @@ def test_round_protocol(method, local_ray, digit_model_dir, tmp_path, monkeypatc
         measured.append(time.perf_counter() - started[-1])
         return out
 
-    monkeypatch.setattr(driver, "run_round", timed_round)
-    monkeypatch.setattr(driver, "evaluate_round", timed_eval)
+    monkeypatch.setattr(Federated, "run_round", timed_round)
+    monkeypatch.setattr(Federated, "evaluate", timed_eval)
     cfg = tiny_config(
         digit_model_dir,
         tmp_path / method,

@@ -5,7 +5,7 @@ import torch
 
 from pubswap.algorithms.aggregation import FedProx
 from pubswap.config import GRPOConfig, LoraConfig
-from pubswap.learner.trainer import LoraGRPOTrainer, Sample, pad_batch
+from pubswap.learner.trainer import GRPOTrainer, Sample, pad_batch
 
 
 def test_pad_batch_masks_exactly_the_response_tokens():
@@ -19,7 +19,7 @@ def test_pad_batch_masks_exactly_the_response_tokens():
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir):
     grpo = GRPOConfig(lr=5e-3, grad_epochs=2, kl_coef=1e-4)
-    return LoraGRPOTrainer.load(
+    return GRPOTrainer.load(
         str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, dtype="float32", strategy=FedProx(mu=0.1)
     )
 
@@ -52,7 +52,7 @@ def test_set_adapter_restores_weights_and_anchor(trainer):
 
 
 def test_zero_advantages_change_nothing_without_kl_or_prox(tiny_model_dir):
-    t = LoraGRPOTrainer.load(
+    t = GRPOTrainer.load(
         str(tiny_model_dir),
         LoraConfig(r=8, alpha=16),
         GRPOConfig(lr=1e-2, kl_coef=0.0, weight_decay=0.0),
@@ -68,7 +68,7 @@ def test_ffa_lora_trains_b_only_and_a_lower_rank_client_only_its_components(tiny
     from pubswap.lora import truncate_rank
 
     batch = [Sample((5, 6, 7), (20, 21), 1.0), Sample((5, 6, 7), (30, 31), -1.0)]
-    ffa = LoraGRPOTrainer.load(
+    ffa = GRPOTrainer.load(
         str(tiny_model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(lr=1e-2), dtype="float32", strategy=FFALoRA()
     )
     before = ffa.adapter()
@@ -80,7 +80,7 @@ def test_ffa_lora_trains_b_only_and_a_lower_rank_client_only_its_components(tiny
 
     # under FedProx the penalty would pull the zero components toward the full-rank global: the trainer
     # must zero their gradients (plain LoRA leaves a zeroed component at zero by itself)
-    flex = LoraGRPOTrainer.load(
+    flex = GRPOTrainer.load(
         str(tiny_model_dir),
         LoraConfig(r=8, alpha=16),
         GRPOConfig(lr=1e-2),

@@ -11,7 +11,7 @@ from pubswap.algorithms.grpo import grpo_loss
 from pubswap.config import GRPOConfig, LoraConfig
 from pubswap.learner.logprobs import chunked_token_logprobs
 from pubswap.learner.microbatch import padded_tokens, plan_micro_batches
-from pubswap.learner.trainer import LoraGRPOTrainer, Sample, pad_batch
+from pubswap.learner.trainer import GRPOTrainer, Sample, pad_batch
 
 TEMP = 0.7
 
@@ -29,7 +29,7 @@ def samples_of_unequal_length() -> list[Sample]:
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir):
     grpo = GRPOConfig(lr=1e-4, grad_epochs=2, kl_coef=0.05, temperature=TEMP, grad_clip=1.0)
-    t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, strategy=FedProx(mu=0.5))
+    t = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, strategy=FedProx(mu=0.5))
     torch.manual_seed(3)  # a non-zero B, so policy and reference differ from the first step on
     start = {k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()}
     t.set_adapter(start)
@@ -43,7 +43,7 @@ def direct_logprobs(model, samples, pad_id, temperature):
     return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1), mask
 
 
-def full_batch_step(t: LoraGRPOTrainer, samples, start, mini_batches=None):
+def full_batch_step(t: GRPOTrainer, samples, start, mini_batches=None):
     """Reference update: per epoch and mini-batch (default: the whole batch) one forward over the padded
     mini-batch, loss + FedProx penalty, clip, AdamW. Returns the adapter, the mean loss, the last grads."""
     g = t.grpo
@@ -153,7 +153,7 @@ def test_non_finite_gradient_skips_the_update(trainer):
 def test_old_and_reference_logprobs_use_eval_mode_so_the_first_ratio_is_one(tiny_model_dir):
     """With LoRA dropout 0.1 the old log-probs are the current policy's without dropout: recomputing them
     gives exactly the same values (ratio exactly 1), while a train-mode forward (dropout on) does not."""
-    t = LoraGRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16, dropout=0.1), GRPOConfig(kl_coef=0.1))
+    t = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16, dropout=0.1), GRPOConfig(kl_coef=0.1))
     torch.manual_seed(3)
     t.set_adapter({k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()})
     samples = samples_of_unequal_length()
@@ -163,7 +163,7 @@ def test_old_and_reference_logprobs_use_eval_mode_so_the_first_ratio_is_one(tiny
     assert all(torch.equal(torch.exp(a - b), torch.ones_like(a)) for a, b in zip(again, old))
     t.model.train()
     with torch.no_grad():
-        dropped = [t._logprobs(mb, TEMP) for mb in mbs]
+        dropped = [t.logprobs(mb, TEMP) for mb in mbs]
     t.model.eval()
     assert any(not torch.allclose(d, o) for d, o in zip(dropped, old))  # dropout is live in train mode
     assert not t.model.training  # the trainer is left in eval mode
@@ -171,7 +171,7 @@ def test_old_and_reference_logprobs_use_eval_mode_so_the_first_ratio_is_one(tiny
 
 def test_entropy_is_logged_and_its_bonus_raises_entropy(tiny_model_dir):
     def entropy_after(coef):
-        t = LoraGRPOTrainer.load(
+        t = GRPOTrainer.load(
             str(tiny_model_dir),
             LoraConfig(r=8, alpha=16),
             GRPOConfig(lr=1e-2, grad_epochs=1, kl_coef=0.0, entropy_coef=coef),
@@ -237,9 +237,7 @@ def test_plan_bounds_padded_tokens_and_groups_similar_lengths():
 
 
 def test_device_placement_and_dtypes(tiny_model_dir):
-    t = LoraGRPOTrainer.load(
-        str(tiny_model_dir), LoraConfig(r=4, alpha=8), GRPOConfig(), dtype="bfloat16", device="cpu"
-    )
+    t = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=4, alpha=8), GRPOConfig(), dtype="bfloat16", device="cpu")
     base = [p for p in t.model.parameters() if not p.requires_grad]
     lora = list(t.trainable().values())
     assert {p.dtype for p in base} == {torch.bfloat16} and {p.dtype for p in lora} == {torch.float32}

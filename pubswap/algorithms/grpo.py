@@ -155,3 +155,9 @@ def truncated_is_weights(old_logp: Tensor, behaviour_logp: Tensor, cap: float) -
     sampled by another policy (VERL's token-level rollout correction). The exponent is clamped as the
     ratio's is, so a token the local model finds impossible cannot overflow."""
     return torch.exp(torch.clamp(old_logp - behaviour_logp, -20.0, 20.0)).clamp(max=cap).detach()
+
+
+def off_policy(samples, owner: int | None) -> set[int]:
+    """Indices of the samples (each with an `origin` client id; -1: none) that another client than
+    `owner` generated: PubSwap's swapped-in responses. None owner: all on-policy."""
+    return {i for i, s in enumerate(samples) if owner is not None and s.origin not in (owner, -1)}

@@ -30,7 +30,6 @@ are fp32. Adapters leave the trainer as CPU tensors (`adapter()`), for the engin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -38,11 +37,12 @@ import torch
 from torch import Tensor
 
 from pubswap.algorithms.aggregation.base import AggregationStrategy
-from pubswap.algorithms.grpo import grpo_loss, truncated_is_weights
+from pubswap.algorithms.grpo import grpo_loss, off_policy, truncated_is_weights
 from pubswap.config import GRPOConfig, LoraConfig
 from pubswap.learner.logprobs import chunked_token_logprobs
 from pubswap.learner.microbatch import plan_micro_batches
-from pubswap.lora import Adapter, adapter_from_model, components, load_into_model, peft_lora_config
+from pubswap.learner.policy import POLICIES
+from pubswap.lora import Adapter, components
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -96,7 +96,7 @@ def default_device() -> torch.device:
     return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
 
 
-class LoraGRPOTrainer:
+class GRPOTrainer:
     def __init__(
         self,
         base_model,
@@ -107,8 +107,10 @@ class LoraGRPOTrainer:
         seed: int = 0,
         base_model_name: str = "",
         device: torch.device | str | None = None,
+        policy: str = "lora",
     ):
-        """`base_model`: a transformers causal LM (its weights are not trained). Use `load` for a folder."""
+        """`base_model`: a transformers causal LM; `policy` (pubswap/learner/policy.py): "lora" trains
+        LoRA layers on it, "full" every weight. Use `load` for a folder."""
         torch.manual_seed(seed)
         self.grpo = grpo
         self.strategy = strategy
@@ -117,7 +119,8 @@ class LoraGRPOTrainer:
         self.device = torch.device(device) if device is not None else default_device()
         base_model.config.use_cache = False
         base_model.to(self.device)
-        self.model, self.lora_config = self._trainable_model(base_model, lora, base_model_name)
+        self.policy = POLICIES[policy]()
+        self.model, self.lora_config = self.policy.build(base_model, lora, base_model_name, strategy, grpo.kl_coef)
         ckpt = grpo.gradient_checkpointing if grpo.gradient_checkpointing is not None else self.device.type == "cuda"
         if ckpt:
             # non-reentrant checkpointing needs no input grads (the embeddings are frozen)
@@ -127,23 +130,6 @@ class LoraGRPOTrainer:
         self.anchor: Adapter = self.adapter()  # round-start global adapter (CPU)
         self._anchor_dev: dict[str, Tensor] = self._penalty_anchor()
         self.reset_optimizer()
-
-    def _trainable_model(self, base_model, lora: LoraConfig, base_model_name: str):
-        """The model the optimizer steps (here: PEFT LoRA layers on the frozen base) and the config that
-        describes its weights on disk (here: the PEFT LoraConfig)."""
-        from peft import get_peft_model
-
-        model = get_peft_model(
-            base_model,
-            peft_lora_config(lora.max_r, lora.alpha, lora.target_modules, lora.dropout, base_model=base_model_name),
-        )
-        for p in model.parameters():
-            if p.requires_grad:
-                p.data = p.data.float()  # LoRA weights, their gradients and the AdamW state in fp32
-        for name, p in model.named_parameters():
-            if p.requires_grad and self.strategy is not None and not self.strategy.trains(name):
-                p.requires_grad_(False)  # e.g. FFA-LoRA's A: kept at its seeded initialisation
-        return model, model.peft_config["default"]
 
     @classmethod
     def load(
@@ -155,7 +141,8 @@ class LoraGRPOTrainer:
         strategy: AggregationStrategy | None = None,
         seed: int = 0,
         device: torch.device | str | None = None,
-    ) -> LoraGRPOTrainer:
+        policy: str = "lora",
+    ) -> GRPOTrainer:
         """A trainer on the model and tokenizer in `model_dir`; `.tokenizer` is set."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -163,7 +150,15 @@ class LoraGRPOTrainer:
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=DTYPES[dtype])
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         trainer = cls(
-            base, lora, grpo, pad_id=pad, strategy=strategy, seed=seed, base_model_name=model_dir, device=device
+            base,
+            lora,
+            grpo,
+            pad_id=pad,
+            strategy=strategy,
+            seed=seed,
+            base_model_name=model_dir,
+            device=device,
+            policy=policy,
         )
         trainer.tokenizer = tokenizer
         return trainer
@@ -203,12 +198,12 @@ class LoraGRPOTrainer:
             self.reset_optimizer()
 
     def adapter(self) -> Adapter:
-        """The live LoRA weights as detached fp32 CPU tensors."""
-        return adapter_from_model(self.model)
+        """The live trained weights (LoRA's, or every weight) as detached fp32 CPU tensors."""
+        return self.policy.weights()
 
     def load_weights(self, adapter: Adapter) -> None:
         """Copy `adapter` (every trained tensor) into the live weights."""
-        load_into_model(self.model, adapter)
+        self.policy.load(adapter)
 
     # --- log-probs ----------------------------------------------------------------------------
 
@@ -234,7 +229,7 @@ class LoraGRPOTrainer:
             )
         return out
 
-    def _logprobs(self, mb: MicroBatch, temperature: float, entropy: str = "") -> Tensor | tuple[Tensor, Tensor]:
+    def logprobs(self, mb: MicroBatch, temperature: float, entropy: str = "") -> Tensor | tuple[Tensor, Tensor]:
         """[N] log-probs of the micro-batch's response tokens, row by row (grad flows when enabled);
         with `entropy` ("grad" / "value") also their [N] entropies."""
         causal = self.causal()  # the transformers model (with PEFT's LoRA layers inside)
@@ -250,17 +245,17 @@ class LoraGRPOTrainer:
         """Per micro-batch [N] log-probs in eval mode (no dropout), under the adapter or the base model."""
         self.model.eval()
         if use_adapter:
-            return [self._logprobs(mb, temperature) for mb in mbs]
+            return [self.logprobs(mb, temperature) for mb in mbs]
         with self.reference_model():
-            return [self._logprobs(mb, temperature) for mb in mbs]
+            return [self.logprobs(mb, temperature) for mb in mbs]
 
     def causal(self):
         """The transformers causal LM whose forward computes the log-probs."""
-        return self.model.get_base_model()
+        return self.policy.causal()
 
     def reference_model(self):
-        """A context in which `causal()` computes the reference policy's log-probs: the base model."""
-        return self.model.disable_adapter()
+        """A context in which `causal()` computes the reference policy's log-probs."""
+        return self.policy.reference()
 
     def response_logprobs(
         self, samples: Sequence[Sample], temperature: float = 1.0, use_adapter: bool = True
@@ -299,8 +294,37 @@ class LoraGRPOTrainer:
                 parts.append(torch.ones_like(old_part))
         return torch.cat(parts)
 
+    def old_logprobs(self, mbs: Sequence[MicroBatch]) -> list[Tensor]:
+        """The step-start ("old") log-probs of the live policy, per micro-batch."""
+        return self._frozen_logprobs(mbs, self.grpo.temperature, use_adapter=True)
+
+    def ref_logprobs(self, mbs: Sequence[MicroBatch]) -> list[Tensor | None]:
+        """The KL reference's log-probs per micro-batch (None each when grpo.kl_coef is 0)."""
+        if self.grpo.kl_coef > 0:
+            return self._frozen_logprobs(mbs, self.grpo.temperature, use_adapter=False)
+        return [None] * len(mbs)
+
+    def loss(self, logp: Tensor, old: Tensor, ref: Tensor | None, mb: MicroBatch, n_tokens: float, **extra):
+        """The GRPO loss of one micro-batch with this learner's settings; its token sum is divided by
+        `n_tokens`, the response tokens of the whole (mini-)batch."""
+        g = self.grpo
+        return grpo_loss(
+            logp,
+            old,
+            ref,
+            mb.advantages,
+            torch.ones_like(logp),
+            clip_low=g.clip_low,
+            clip_high=g.clip_high,
+            clip_ratio_c=g.clip_ratio_c,
+            log_ratio_clamp=g.log_ratio_clamp,
+            kl_coef=g.kl_coef,
+            denominator=n_tokens,
+            **extra,
+        )
+
     @staticmethod
-    def _nll(mbs: Sequence[MicroBatch], old: Sequence[Tensor], off: set[int]) -> dict[str, float]:
+    def nll(mbs: Sequence[MicroBatch], old: Sequence[Tensor], off: set[int]) -> dict[str, float]:
         """Mean per-token NLL under the old (step-start) local policy of the own responses and of the
         off-policy ones (sample indices `off`), in one pass."""
         total, count = {False: 0.0, True: 0.0}, {False: 0, True: 0}
@@ -323,15 +347,11 @@ class LoraGRPOTrainer:
         for r, mbs in zip(ranges, plans):  # micro-batch rows index the step's samples
             for mb in mbs:
                 mb.index = [r[i] for i in mb.index]
-        old = [self._frozen_logprobs(mbs, g.temperature, use_adapter=True) for mbs in plans]
-        ref = (
-            [self._frozen_logprobs(mbs, g.temperature, use_adapter=False) for mbs in plans]
-            if g.kl_coef > 0
-            else [[None] * len(mbs) for mbs in plans]
-        )
+        old = [self.old_logprobs(mbs) for mbs in plans]
+        ref = [self.ref_logprobs(mbs) for mbs in plans]
         flat_mbs = [mb for mbs in plans for mb in mbs]
-        off = {i for i, s in enumerate(samples) if owner is not None and s.origin not in (owner, -1)}
-        metrics: dict[str, float] = self._nll(flat_mbs, [lp for lps in old for lp in lps], off)
+        off = off_policy(samples, owner)
+        metrics: dict[str, float] = self.nll(flat_mbs, [lp for lps in old for lp in lps], off)
         # the weights depend only on the old log-probs: computed once, used by every epoch
         tis = [[self._tis_weights(mb, samples, lp, off) for mb, lp in zip(mbs, lps)] for mbs, lps in zip(plans, old)]
         params = list(self.trainable().values())
@@ -346,22 +366,16 @@ class LoraGRPOTrainer:
                     self.optimizer.zero_grad(set_to_none=True)
                     part = dict.fromkeys(("loss", "pg_loss", "kl", "clip_frac", "entropy"), 0.0)
                     for mb, old_mb, ref_mb, tis_mb in zip(mbs, old_mbs, ref_mbs, tis_mbs):
-                        logp, entropy = self._logprobs(mb, g.temperature, entropy_mode)
-                        out = grpo_loss(
+                        logp, entropy = self.logprobs(mb, g.temperature, entropy_mode)
+                        out = self.loss(
                             logp,
                             old_mb,
                             ref_mb,
-                            mb.advantages,
-                            torch.ones_like(logp),
-                            clip_low=g.clip_low,
-                            clip_high=g.clip_high,
-                            clip_ratio_c=g.clip_ratio_c,
-                            log_ratio_clamp=g.log_ratio_clamp,
-                            kl_coef=g.kl_coef,
+                            mb,
+                            n_tokens,
                             entropy=entropy,
                             entropy_coef=g.entropy_coef,
                             is_weights=tis_mb,
-                            denominator=n_tokens,
                         )
                         out.loss.backward()
                         for k in part:
@@ -393,63 +407,6 @@ class LoraGRPOTrainer:
         metrics.update({k: v / updates for k, v in sums.items()})
         metrics.update(micro_batches=len(flat_mbs), updates=updates, skipped_updates=skipped)
         return metrics
-
-    @torch.no_grad()
-    def zo_step(
-        self, samples: Sequence[Sample], seed: int, eps: float, lr: float, owner: int | None = None
-    ) -> tuple[float, dict[str, float]]:
-        """One zeroth-order GRPO step (SeedFlood's local learner, MeZO-style): along the Gaussian direction
-        z(seed) over the trained tensors, g = (L(x + eps z) - L(x - eps z)) / (2 eps) with L the step's
-        GRPO loss (old log-probs: the current policy), and x <- x - (lr g) z. Forward passes only.
-
-        Returns the fp32 scalar lr * g (the message: with the seed it rebuilds the update anywhere, by
-        pubswap.algorithms.gossip.apply_messages, which this step itself uses) and the step's metrics."""
-        from pubswap.algorithms.gossip import SeedMessage, apply_messages, direction
-
-        g = self.grpo
-        mbs = self.micro_batches(samples)
-        old = self._frozen_logprobs(mbs, g.temperature, use_adapter=True)
-        ref = self._frozen_logprobs(mbs, g.temperature, use_adapter=False) if g.kl_coef > 0 else [None] * len(mbs)
-        off = {i for i, s in enumerate(samples) if owner is not None and s.origin not in (owner, -1)}
-        metrics: dict[str, float] = self._nll(mbs, old, off)
-        n_tokens = float(sum(mb.tokens for mb in mbs))
-        x = self.adapter()
-        z = direction(seed, x)
-
-        def loss_at(sign: float) -> float:
-            self.load_weights({k: x[k] + sign * eps * z[k] for k in x})
-            total = 0.0
-            for mb, old_mb, ref_mb in zip(mbs, old, ref):
-                logp = self._logprobs(mb, g.temperature)
-                out = grpo_loss(
-                    logp,
-                    old_mb,
-                    ref_mb,
-                    mb.advantages,
-                    torch.ones_like(logp),
-                    clip_low=g.clip_low,
-                    clip_high=g.clip_high,
-                    clip_ratio_c=g.clip_ratio_c,
-                    log_ratio_clamp=g.log_ratio_clamp,
-                    kl_coef=g.kl_coef,
-                    denominator=n_tokens,
-                )
-                total += float(out.loss)
-            return total
-
-        plus, minus = loss_at(1.0), loss_at(-1.0)
-        grad = (plus - minus) / (2 * eps)
-        scalar = float(torch.tensor(lr * grad, dtype=torch.float32)) if math.isfinite(grad) else 0.0
-        self.load_weights(apply_messages(x, [SeedMessage(0, 0, seed, scalar)]))
-        metrics.update(
-            loss=(plus + minus) / 2,
-            projected_grad=grad,
-            zo_scalar=scalar,
-            micro_batches=len(mbs),
-            updates=1,
-            skipped_updates=int(not math.isfinite(grad)),
-        )
-        return scalar, metrics
 
     def _zero_grads_beyond_rank(self) -> None:
         """A client of rank r < max rank trains only the first r components: rows r.. of every A and

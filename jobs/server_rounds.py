@@ -1,0 +1,82 @@
+"""The federation's server protocol: PubSwap's public steps and the server-side aggregation.
+
+A part of `jobs.federation.Federation` (which mixes it in): it uses the federation's client actors, the
+ServerActor (actors/server.py), the aggregation strategy and the fail-fast `_call`.
+pubswap/methods/federated.py drives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import ray
+
+from pubswap.lora import Adapter, num_bytes
+
+
+class ServerRounds:
+    def public_step(self, round_idx: int, step: int, cids: Sequence[int]) -> dict:
+        batch_ref = self.server.public_batch.remote(round_idx, step)
+        busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
+        answers = [a.answer_public.remote(batch_ref, round_idx, step, ids) for a, ids in busy]
+        swapped_ref = self.server.swap.remote(round_idx, step, batch_ref, [ids for _, ids in busy], *answers)
+        swapped = self._call([swapped_ref, *answers])[0]
+        gen_s = {cid: a["gen_s"] for a in self._call(answers) for cid in a["responses"]}
+        results = self._per_client(
+            self._call(
+                [a.public_steps.remote(batch_ref, g, round_idx, step) for (a, _), g in zip(busy, swapped["groups"])]
+            )
+        )
+        for r in results:
+            r["gen_s"] = gen_s[r["client"]]
+        return {
+            "step": step,
+            "public": True,
+            "clients": results,
+            "swapped_in": swapped["swapped_in"],
+            "missing_donors": swapped["missing_donors"],
+            "pool_bytes": swapped["pool_bytes"],
+            "provenance": swapped["provenance"],
+        }
+
+    def average(self, round_idx: int, cids: Sequence[int], start: Adapter) -> tuple[Adapter, list[dict], dict]:
+        """The round's aggregation; every hosted client then holds the new global adapter. Returns it, the
+        participants' drift, and the bytes each participant sent and received ({"upload": [...],
+        "download": [...]} in the order of `cids`).
+
+        A linear strategy is one allreduce of the sent tensors among all actors. Any other runs where it
+        belongs: each actor uploads its participants' payloads, the ServerActor aggregates them (all
+        through the object store, no copy via the driver), and every actor applies the one download."""
+        w = self.weights(cids)
+        order = sorted(cids)
+        if self.strategy.linear:
+            results = self._call(
+                [
+                    a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
+                    for a, ids in zip(self.actors, self._by_actor(cids))
+                ]
+            )
+            averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
+            sent = num_bytes({k: v for k, v in start.items() if self.strategy.trains(k)})
+            comm = {"upload": [sent] * len(order), "download": [sent] * len(order)}
+        else:
+            busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
+            uploads = [a.upload.remote(round_idx, ids) for a, ids in busy]
+            download_ref, info_ref = self.server.aggregate.options(num_returns=2).remote(
+                round_idx, ray.put(start), {c: w[c] for c in order}, *uploads
+            )
+            per_actor = self._call(
+                [
+                    a.apply_download.remote(download_ref, {c: w[c] for c in ids}, round_idx)
+                    for a, ids in zip(self.actors, self._by_actor(cids))
+                ]
+            )
+            results = [{"clients": drift} for drift in per_actor]
+            info = self._call([info_ref])[0]
+            averaged = info["adapter"]
+            comm = {
+                "upload": [info["upload_bytes"][c] for c in order],
+                "download": [info["download_bytes"][c] for c in order],
+            }
+        drift = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
+        return averaged, drift, comm
