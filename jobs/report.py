@@ -3,6 +3,7 @@
     python -m jobs.report runs/paper/*            # any run directories (paper cells or not)
     python -m jobs.report runs/a runs/b --plot cmp.png
     python -m jobs.report runs/dsgd_* runs/central --reference runs/central
+    python -m jobs.report --board runs/board/*     # the decentralized leaderboard's table
 
 It also draws the runs side by side into a PNG (default report.png): pass@1 per round with error
 bars and the mean training reward per round, one line per run, labelled by run, method and tau.
@@ -26,6 +27,7 @@ import json
 import sys
 from pathlib import Path
 
+from jobs.decentralized_board import board_run, board_table
 from jobs.paper_grid import BASE, Cell, paper_entries
 from pubswap.presets import MODELS
 
@@ -143,6 +145,22 @@ def run_curve(run_dir: Path):
     return curve(label_of(cfg, run_dir.name), base, read_records(run_dir / "metrics.jsonl"))
 
 
+def print_board(run_dirs: list[Path]) -> int:
+    runs = []
+    for d in run_dirs:
+        entry = board_run(d)
+        if entry is None:
+            print(f"report: {d} is not a board cell (method, topology or task); left out", file=sys.stderr)
+        else:
+            runs.append(entry)
+    try:
+        print(board_table(runs))
+    except ValueError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dirs", nargs="+", type=Path)
@@ -153,8 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the run (e.g. federation.method centralized) that normalized performance divides by",
     )
+    ap.add_argument(
+        "--board",
+        action="store_true",
+        help="the decentralized leaderboard's table instead: normalised to dsgd with 16 clients per topology "
+        "and task, averaged over sst2/rte/boolq (jobs/decentralized_board.py)",
+    )
     args = ap.parse_args(argv)
     try:
+        if args.board:
+            return print_board(args.run_dirs)
         print(table(args.run_dirs, args.reference))
         from pubswap.run.plots import plot
 
