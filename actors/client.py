@@ -37,7 +37,7 @@ from pubswap.algorithms.grpo import group_advantages, zero_advantage_fraction
 from pubswap.algorithms.swap import Response
 from pubswap.config import RunConfig, from_dict
 from pubswap.data.order import private_batch, private_steps_before
-from pubswap.data.prompt_length import chat_prompt_ids
+from pubswap.data.prompt_length import prompt_ids
 from pubswap.data.rewards import in_format, make_row_reward
 from pubswap.data.rows import Row
 from pubswap.learner.trainer import DTYPES, GRPOTrainer, Sample
@@ -255,9 +255,6 @@ class ClientCore:
     def release_trainer(self) -> None:
         self._active = None
 
-    def start_round(self) -> None:
-        self.peer.start_round()
-
     def gossip_payload(self, round_idx: int, step: int, cids: Sequence[int]):
         return self.peer.gossip_payload(round_idx, step, cids)
 
@@ -310,7 +307,7 @@ class ClientCore:
 
     def prompt_ids(self, row: Row | str) -> tuple[int, ...]:
         row = Row(row, "", "") if isinstance(row, str) else row
-        ids = chat_prompt_ids(self.tokenizer, row.prompt, row.context)
+        ids = prompt_ids(self.tokenizer, row.prompt, row.context, self.cfg.model.prompt_format)
         if len(ids) > self.cfg.model.max_prompt_len:  # the driver drops such rows before the split
             raise ValueError(
                 f"a prompt of {len(ids)} tokens exceeds model.max_prompt_len="

@@ -23,7 +23,7 @@ same weights on every client and actor, so one tensor per actor serves all its c
 
 The peer is a component its client actor owns (`ClientCore.peer`); it reaches the actor only through
 `PeerHost`, and the actor's gossip calls (gossip_payload, gossip_apply, flood_messages, flood_apply,
-hosted_states, load_states, start_round) hand over to it.
+hosted_states, load_states) hand over to it.
 """
 
 from __future__ import annotations
@@ -42,12 +42,19 @@ from pubswap.algorithms.gossip import (
     choco_message,
     make_compressor,
     mix_row,
+    seedflood_scale,
 )
 from pubswap.algorithms.topology import make_topology
 from pubswap.config import RunConfig
 from pubswap.lora import Adapter, flatten
 from pubswap.methods.seedflood import zo_step
 from pubswap.run.faults import maybe_crash
+from pubswap.run.step_checkpoint import (
+    flat_optimizer_state,
+    load_optimizer_state,
+    nested_optimizer_state,
+    optimizer_state,
+)
 from pubswap.run.timing import PhaseTimer
 from pubswap.seeding import derive_seed
 
@@ -125,7 +132,7 @@ class GossipPeer:
             else:
                 for j in need:  # every holder of xh_j applies q_j once
                     self.public[j] = {k: v + dense(got[j][k]) for k, v in self._public(j).items()}
-                gamma = self.host.cfg.federation.choco_gamma
+                gamma = self.host.cfg.federation.choco_step
                 new = {
                     i: choco_consensus(self.host.clients[i].adapter, i, row, self.public, gamma)
                     for i, row in rows.items()
@@ -167,7 +174,9 @@ class GossipPeer:
         the consensus distance (which is 0 exactly when all actors rebuilt the same bits)."""
         with self.host.timer.phase("avg"):
             base = self.flood_base if self.flood_base is not None else self.host.global_adapter
-            self.flood_base = apply_messages(base, messages)
+            self.flood_base = apply_messages(
+                base, messages, scale=seedflood_scale(self.host.cfg.federation.num_clients)
+            )
             self.pending = {}
             for client in self.host.clients.values():
                 client.adapter = self.flood_base
@@ -180,26 +189,32 @@ class GossipPeer:
         return {"sum": flat * n, "sq": float((flat * flat).sum()) * n, "count": n, "digest": digest}
 
     def hosted_states(self) -> dict:
-        """Every hosted client's own tensors (LoRA or all weights), and (CHOCO) the public copy it owns."""
+        """Every hosted client's own tensors (LoRA or all weights), its optimizer state (AdamW's moments and
+        step count: these methods have no rounds, so it persists from round to round, and a checkpoint
+        keeps it; SeedFlood's zeroth-order step has none) and (CHOCO) the public copy it owns."""
         return {
             "x": {i: c.adapter for i, c in self.host.clients.items()},
             "public": {i: self.public[i] for i in self.host.clients if i in self.public},
+            "opt": {
+                i: flat_optimizer_state(optimizer_state(c.optimizer))
+                for i, c in self.host.clients.items()
+                if c.optimizer.state
+            },
         }
 
     def load_states(self, states: Mapping) -> None:
-        """Resume or restart: the clients' tensors and the public copies they need, from a checkpoint."""
+        """Resume or restart: the clients' tensors, optimizer states and the public copies they need, from a
+        checkpoint (a client without a saved optimizer state starts a fresh one)."""
+        saved = states.get("opt", {})
         for i, client in self.host.clients.items():
             client.adapter = {k: v.clone() for k, v in states["x"][i].items()}
+            client.optimizer = self.host.trainer.new_optimizer()
+            if i in saved:
+                load_optimizer_state(client.optimizer, nested_optimizer_state(saved[i]))
             self.host.serve(i)
         self.public = {
             j: {k: v.clone() for k, v in states["public"][j].items()}
             for j in self.need
             if j in states.get("public", {})
         }
-        self.host.release_trainer()
-
-    def start_round(self) -> None:
-        """A fresh optimizer for every hosted client (as the federated methods reset it each round)."""
-        for client in self.host.clients.values():
-            client.optimizer = self.host.trainer.new_optimizer()
         self.host.release_trainer()

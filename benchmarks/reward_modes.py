@@ -35,7 +35,7 @@ def main() -> None:
     from jobs.train import build_split
     from pubswap.algorithms.evaluation import score
     from pubswap.config import load_config
-    from pubswap.data.prompt_length import chat_prompt_ids
+    from pubswap.data.prompt_length import prompt_ids
     from pubswap.data.rewards import in_format, make_row_reward
     from pubswap.models import resolve_model
     from pubswap.seeding import derive_seed
@@ -53,7 +53,7 @@ def main() -> None:
         max_num_seqs=64,
         merged=True,
     )
-    pids = [chat_prompt_ids(tok, r.prompt, r.context) for r in split.test]
+    pids = [prompt_ids(tok, r.prompt, r.context) for r in split.test]
     seeds = [derive_seed(cfg.seed, "eval", 0, 0, i) for i in range(len(pids))]
     outs = engine.generate(
         pids, n=1, temperature=cfg.grpo.val_temperature, max_tokens=cfg.model.max_response_len, seeds=seeds

@@ -15,9 +15,6 @@ from pubswap.algorithms.gossip import flood_period, mixing_rows
 
 
 class GossipRounds:
-    def start_round(self) -> None:
-        self._call([a.start_round.remote() for a in self.actors])
-
     def gossip(self, round_idx: int, step: int) -> dict:
         """One gossip step of every client with its neighbours. Each actor puts one object per hosted
         client and fetches exactly those of its clients' neighbours. Returns the consensus distance after
@@ -69,11 +66,11 @@ class GossipRounds:
         }
 
     def states(self) -> dict:
-        """Every client's own tensors (and CHOCO's public copies), for the checkpoint."""
-        out: dict = {"x": {}, "public": {}}
+        """Every client's own tensors, optimizer state and (CHOCO) public copy, for the checkpoint."""
+        out: dict = {"x": {}, "public": {}, "opt": {}}
         for part in self._call([a.hosted_states.remote() for a in self.actors]):
-            out["x"].update(part["x"])
-            out["public"].update(part["public"])
+            for kind in out:
+                out[kind].update(part.get(kind, {}))
         return out
 
     def load_states(self, states: dict) -> None:
@@ -84,6 +81,7 @@ class GossipRounds:
             need = {j for i in ids for j in (i, *self.topo.neighbours[i])}
             part = {
                 "x": {i: states["x"][i] for i in ids},
+                "opt": {i: t for i, t in states.get("opt", {}).items() if i in ids},
                 "public": {j: t for j, t in states.get("public", {}).items() if j in need},
             }
             calls.append(a.load_states.remote(part))

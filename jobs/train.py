@@ -26,7 +26,7 @@ from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
 from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
-from pubswap.data.prompt_length import chat_prompt_ids, drop_long_prompts
+from pubswap.data.prompt_length import drop_long_prompts, prompt_ids, uses_chat_template
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit
 from pubswap.methods import RoundContext, eval_record
@@ -83,8 +83,13 @@ def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
     total = f.num_clients * d.per_client + d.public_size + d.test_size
     rows, report = load_source(d, total, cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    fmt = cfg.model.prompt_format
+    try:
+        uses_chat_template(tokenizer, fmt)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     rows = drop_long_prompts(
-        rows, report, lambda r: len(chat_prompt_ids(tokenizer, r.prompt, r.context)), cfg.model.max_prompt_len
+        rows, report, lambda r: len(prompt_ids(tokenizer, r.prompt, r.context, fmt)), cfg.model.max_prompt_len
     )
     if report.total_rejected:
         print(f"data: {report}", flush=True)
@@ -669,6 +674,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except DataError as e:
         print(f"data error: {e}", file=sys.stderr)
+        return 2
+    except ConfigError as e:  # what only the model's files tell (model.prompt_format: chat without a template)
+        print(f"config error: {e}", file=sys.stderr)
         return 2
     except (PlacementError, GpuBudgetError, CollectiveSetupError) as e:
         print(f"cannot start: {e}", file=sys.stderr)

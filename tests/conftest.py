@@ -21,6 +21,14 @@ def digit_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def base_model_dir(tmp_path_factory):
+    """The digit model with a base model's tokenizer: no chat template."""
+    from tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("base_model"), digits_only=True, chat_template=False)
+
+
+@pytest.fixture(scope="session")
 def ft_reference_of(digit_model_dir, tmp_path_factory):
     """Uninterrupted fault-tolerance reference runs (see ray_helpers.ft_config), each made once per
     session: `ft_reference_of(*overrides)` is the run dir of the run with those extra overrides."""

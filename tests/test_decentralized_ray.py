@@ -28,6 +28,16 @@ def test_dsgd_lora_gossips_with_ring_neighbours_and_keeps_every_client_state(loc
     ck, states = states_of(tmp_path / "run", 2)
     x = states["x"]
     assert sorted(x) == [0, 1, 2, 3] and states["public"] == {}
+    # no rounds to reset at: each client's AdamW counts every update of both rounds, and the checkpoint keeps it
+    for c in range(4):
+        done = sum(
+            cl["updates"] - cl["skipped_updates"]
+            for r in records
+            for st in r["steps"]
+            for cl in st["clients"]
+            if cl["client"] == c
+        )
+        assert done > 0 and float(states["opt"][c]["0/step"]) == done
     adapter_bytes = sum(v.numel() * v.element_size() for v in x[0].values())
     for rec in records:
         assert [st["step"] for st in rec["steps"]] == [1, 2] and not any(st["public"] for st in rec["steps"])

@@ -13,9 +13,12 @@ CHATML = (
 )
 
 
-def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512, digits_only: bool = False) -> Path:
+def build_tiny_model(
+    path: str | Path, seed: int = 0, vocab_size: int = 512, digits_only: bool = False, chat_template: bool = True
+) -> Path:
     """`digits_only`: an untied LM head whose rows are zero except for the ten single-digit tokens,
-    so one-token answers are a digit (right ~1 time in 10 on one-digit sums): tests get real rewards."""
+    so one-token answers are a digit (right ~1 time in 10 on one-digit sums): tests get real rewards.
+    `chat_template=False`: a base model's tokenizer, with no chat template (as OPT's)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -38,7 +41,8 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512, dig
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
     )
-    hf_tok.chat_template = CHATML
+    if chat_template:
+        hf_tok.chat_template = CHATML
     hf_tok.save_pretrained(path)
 
     torch.manual_seed(seed)
@@ -66,9 +70,15 @@ def build_tiny_model(path: str | Path, seed: int = 0, vocab_size: int = 512, dig
         with torch.no_grad():
             hs = []
             for p in prompts:
-                ids = hf_tok.apply_chat_template(
-                    [{"role": "user", "content": p}], add_generation_prompt=True, return_dict=True, return_tensors="pt"
-                )["input_ids"]
+                if chat_template:
+                    ids = hf_tok.apply_chat_template(
+                        [{"role": "user", "content": p}],
+                        add_generation_prompt=True,
+                        return_dict=True,
+                        return_tensors="pt",
+                    )["input_ids"]
+                else:  # pubswap.data.prompt_length.plain_prompt
+                    ids = hf_tok(f"{p}\n", return_tensors="pt")["input_ids"]
                 hs.append(model.model(input_ids=ids).last_hidden_state[0, -1])
             v = torch.stack(hs).mean(0)
             v = v / v.norm()

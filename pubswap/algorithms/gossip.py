@@ -17,7 +17,8 @@ direction regenerated from the seed and g a scalar (a two-point directional deri
 message is (step, origin, seed, g). Messages are flooded: each round a client forwards the messages
 it has not forwarded yet to its neighbours; after `diameter` rounds every client holds every
 message. All clients apply the messages of a step in the same order (origin id), so they rebuild
-bitwise the same parameters.
+bitwise the same parameters, and a flood applies the MEAN of the clients' steps (seedflood_scale), so
+the step size does not grow with the number of clients.
 """
 
 from __future__ import annotations
@@ -186,14 +187,23 @@ def zo_message(
     return SeedMessage(step, origin, seed, float(torch.tensor(lr * g, dtype=torch.float32)))
 
 
-def apply_messages(x: Mapping[str, Tensor], messages: Sequence[SeedMessage]) -> Params:
-    """x after the messages, in their canonical order (step, origin): the same bits on every client."""
+def apply_messages(x: Mapping[str, Tensor], messages: Sequence[SeedMessage], scale: float = 1.0) -> Params:
+    """x - scale * sum_m scalar_m z(seed_m), the messages in their canonical order (step, origin): the
+    same bits on every client. A client's own local step uses scale 1; a flood uses seedflood_scale."""
     out = {k: v.clone() for k, v in x.items()}
     for m in sorted(messages):
         z = direction(m.seed, out)
+        step = m.scalar * scale
         for k in out:
-            out[k] -= m.scalar * z[k]
+            out[k] -= step * z[k]
     return out
+
+
+def seedflood_scale(num_clients: int) -> float:
+    """A flood applies the mean of the clients' steps, not their sum: with n clients sending one step
+    each, the model moves by one step's size whatever n is (as DSGD's mixing averages the clients'
+    updates), so zo_lr means the same at 16 and at 128 clients."""
+    return 1.0 / num_clients
 
 
 def flood(

@@ -75,7 +75,6 @@ class Gossip(Method):
         f = cfg.federation
         fed.restart_timing()
         parts = list(range(f.num_clients))
-        fed.start_round()
         steps, exchanges = [], []
         with ctx.progress(f.tau, f"round {r}/{f.rounds}") as bar:
             for s in range(1, f.tau + 1):

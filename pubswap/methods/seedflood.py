@@ -5,6 +5,14 @@ A client's step perturbs all weights along a Gaussian direction z(seed) and send
 along it; every client applies every message, in canonical order, so after each flood all clients hold
 bitwise the same weights (checked here by comparing them). The flood also runs at the round's end, so
 the checkpoint holds one model, the same on every client: no per-client states.
+
+Two deliberate choices. (1) A flood applies the mean of the period's steps over the clients
+(pubswap.algorithms.gossip.seedflood_scale: 1/n), so `zo_lr` is one client's step at any n; the sum
+would be an n times larger step (16x to 128x on the board). (2) No per-hop delay: a period's messages
+are applied when its flood is complete (after `flood_hops` = at most the diameter hops, reported per
+flood), on every client at once. A message is 20 bytes, so on a real network a flood of a few dozen
+hops takes far less than one local step's forward passes; a delay of one gossip per hop is modelled
+only in the pure test of flooding (tests/test_topology_gossip.py), not here.
 """
 
 from __future__ import annotations

@@ -90,22 +90,26 @@ class Checkpoint:
         return load_file(str(self.path / weights_file(self.state)))
 
     def client_states(self) -> dict | None:
-        """{"x": {client: tensors}, "public": {client: tensors}} of a decentralized run; None otherwise."""
+        """{"x": {client: tensors}, "public": {client: tensors}, "opt": {client: flat optimizer state}} of a
+        decentralized run; None otherwise."""
         if not self.state.get("clients_sha256"):
             return None
         from safetensors.torch import load_file
 
-        out: dict = {"x": {}, "public": {}}
+        out: dict = {kind: {} for kind in CLIENT_KINDS}
         for name, t in load_file(self.path / CLIENTS_NAME).items():
             kind, cid, key = name.split("/", 2)
             out[kind].setdefault(int(cid), {})[key] = t
         return out
 
 
+CLIENT_KINDS = ("x", "public", "opt")  # a client's tensors, its CHOCO public copy, its optimizer state
+
+
 def flat_client_states(states: Mapping) -> dict:
     return {
         f"{kind}/{cid}/{k}": t.contiguous()
-        for kind in ("x", "public")
+        for kind in CLIENT_KINDS
         for cid, tensors in sorted(states.get(kind, {}).items())
         for k, t in sorted(tensors.items())
     }

@@ -132,6 +132,19 @@ def optimizer_state(optimizer: torch.optim.Optimizer) -> dict[int, dict[str, tor
     }
 
 
+def flat_optimizer_state(state: dict[int, dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """optimizer_state's {param index: {key: tensor}} as {"index/key": tensor} (one safetensors dict)."""
+    return {f"{i}/{key}": t for i, entry in state.items() for key, t in entry.items()}
+
+
+def nested_optimizer_state(flat: dict[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
+    out: dict[int, dict[str, torch.Tensor]] = {}
+    for name, t in flat.items():
+        i, key = name.split("/", 1)
+        out.setdefault(int(i), {})[key] = t
+    return out
+
+
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[int, dict[str, torch.Tensor]]) -> None:
     sd = optimizer.state_dict()
     sd["state"] = {int(i): dict(entry) for i, entry in state.items()}
