@@ -47,23 +47,19 @@ def flatten(states: dict[int, dict]) -> dict[str, torch.Tensor]:
     for cid, st in states.items():
         for name, t in st["adapter"].items():
             out[f"{cid}/adapter/{name}"] = t.contiguous()
-        for i, entry in st["opt"].items():
-            for key, t in entry.items():
-                out[f"{cid}/opt/{i}/{key}"] = t.contiguous()
+        for name, t in flat_optimizer_state(st["opt"]).items():
+            out[f"{cid}/opt/{name}"] = t.contiguous()
     return out
 
 
 def unflatten(flat: dict[str, torch.Tensor]) -> dict[int, dict]:
-    out: dict[int, dict] = {}
+    adapters: dict[int, dict] = {}
+    opts: dict[int, dict] = {}
     for key, t in flat.items():
         cid, kind, rest = key.split("/", 2)
-        st = out.setdefault(int(cid), {"adapter": {}, "opt": {}})
-        if kind == "adapter":
-            st["adapter"][rest] = t
-        else:
-            i, name = rest.split("/", 1)
-            st["opt"].setdefault(int(i), {})[name] = t
-    return out
+        adapters.setdefault(int(cid), {})
+        (adapters if kind == "adapter" else opts).setdefault(int(cid), {})[rest] = t
+    return {cid: {"adapter": a, "opt": nested_optimizer_state(opts.get(cid, {}))} for cid, a in adapters.items()}
 
 
 def save(ckpt_dir: str | os.PathLike, round_idx: int, step: int, steps: list[dict], states: dict[int, dict]) -> Path:
