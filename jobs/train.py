@@ -436,7 +436,7 @@ def _train_rounds(
                 record["recoveries"] = attempt
                 # the averaged adapter is committed before the evaluation: a fault there redoes only that
                 lease.check()
-                due = bool(r % cfg.eval_every == 0 or r == f.rounds)
+                due = cfg.evaluation_due(r)
                 save_checkpoint(
                     ckpt_dir,
                     r,

@@ -506,6 +506,10 @@ class RunConfig(Section):
         factory=lambda: ["console", "tensorboard"],
     )
 
+    def evaluation_due(self, r: int) -> bool:
+        """Round r is evaluated: every eval_every rounds, and always the last one."""
+        return r % self.eval_every == 0 or r == self.federation.rounds
+
     @model_validator(mode="after")
     def _rules_across_sections(self) -> RunConfig:
         lo, f = self.lora, self.federation

@@ -166,3 +166,9 @@ def test_a_config_extends_others_section_by_section(tmp_path, model_dir):
     (tmp_path / "broken.yaml").write_text("extends: base/nope.yaml\n")
     with pytest.raises(ConfigError, match=r"config file not found: .*nope.yaml \(extended by .*broken.yaml\)"):
         load_config(tmp_path / "broken.yaml")
+
+
+def test_rounds_are_evaluated_every_eval_every_and_always_the_last():
+    cfg = RunConfig.model_validate({"eval_every": 2, "federation": {"rounds": 5}})
+    assert [r for r in range(1, 6) if cfg.evaluation_due(r)] == [2, 4, 5]
+    assert all(RunConfig().evaluation_due(r) for r in range(1, 11))

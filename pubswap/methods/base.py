@@ -177,6 +177,6 @@ class Method:
 
     def evaluate(self, fed, cfg, r: int, average: Adapter, states: dict | None) -> dict:
         """Round r's evaluation fields, if one is due."""
-        if not (r % cfg.eval_every == 0 or r == cfg.federation.rounds):
+        if not cfg.evaluation_due(r):
             return {}
         return eval_record(fed.evaluate(r))

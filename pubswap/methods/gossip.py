@@ -110,7 +110,7 @@ class Gossip(Method):
         """pass@1 of the clients' `average` and of `eval_clients` seeded clients' own adapters (`states`;
         None: every client holds `average`)."""
         f = cfg.federation
-        if not (r % cfg.eval_every == 0 or r == f.rounds):
+        if not cfg.evaluation_due(r):
             return {}
         out = eval_record(fed.evaluate(r, average))
         k = min(f.eval_clients, f.num_clients)
