@@ -20,8 +20,8 @@ class ServerRounds:
         busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
         answers = [a.answer_public.remote(batch_ref, round_idx, step, ids) for a, ids in busy]
         swapped_ref = self.server.swap.remote(round_idx, step, batch_ref, [ids for _, ids in busy], *answers)
-        swapped = self._call([swapped_ref, *answers])[0]
-        gen_s = {cid: a["gen_s"] for a in self._call(answers) for cid in a["responses"]}
+        swapped, *answered = self._call([swapped_ref, *answers])
+        gen_s = {cid: a["gen_s"] for a in answered for cid in a["responses"]}
         results = self._per_client(
             self._call(
                 [a.public_steps.remote(batch_ref, g, round_idx, step) for (a, _), g in zip(busy, swapped["groups"])]

@@ -5,7 +5,8 @@ Every client trains every round and keeps its own tensors across rounds; after e
 local steps it exchanges with its neighbours in `federation.topology` (Metropolis-Hastings weights):
 DSGD mixes the tensors themselves, CHOCO-SGD compressed differences against public copies
 (actors/gossip_peer.py, pubswap/algorithms/gossip.py). The round evaluates the clients' average and a
-few seeded clients' own tensors; the checkpoint keeps every client's tensors (and CHOCO's copies).
+few seeded clients' own tensors; the checkpoint keeps every client's tensors, its optimizer state
+(kept from round to round: these methods have no rounds to reset at) and CHOCO's copies.
 In-round checkpoints are not taken: a restart redoes the round.
 """
 
