@@ -17,6 +17,7 @@ engine is pointed at the client's new adapter (saved as a PEFT folder, served un
 from __future__ import annotations
 
 import functools
+import math
 import os
 import shutil
 import time
@@ -34,10 +35,11 @@ from actors.gossip_peer import GossipPeer
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
 from pubswap.algorithms.aggregation import Context, make_strategy
 from pubswap.algorithms.grpo import group_advantages, zero_advantage_fraction
+from pubswap.algorithms.label_words import accuracy_rewards, label_text
 from pubswap.algorithms.swap import Response
 from pubswap.config import RunConfig, from_dict
 from pubswap.data.order import private_batch, private_steps_before
-from pubswap.data.prompt_length import prompt_ids
+from pubswap.data.prompt_length import prompt_ids, uses_chat_template
 from pubswap.data.rewards import in_format, make_row_reward
 from pubswap.data.rows import Row
 from pubswap.learner.trainer import DTYPES, GRPOTrainer, Sample
@@ -425,6 +427,46 @@ class ClientCore:
         )
         return metrics
 
+    def label_ids(self, word: str) -> tuple[int, ...]:
+        """The tokens of a label word as it follows this client's prompts (objective label-words)."""
+        plain = not uses_chat_template(self.tokenizer, self.cfg.model.prompt_format)
+        return tuple(self.tokenizer(label_text(word, plain), add_special_tokens=False)["input_ids"])
+
+    def _train_labels(self, cid: int, rows: Sequence[Row], round_idx: int, step: int) -> dict:
+        """One cross-entropy step of client `cid` on its rows' label words (first-order; SeedFlood: one
+        zeroth-order step on the same loss)."""
+        samples = [Sample(self.prompt_ids(row), self.label_ids(row.answer), 1.0, cid) for row in rows]
+        t = time.perf_counter()
+        with self.timer.phase("train"):
+            self._activate(cid)
+            maybe_crash("client", round_idx, step, "private_train", cid)
+            if self.cfg.federation.gossip_rule == "seedflood":
+                metrics = self.peer.zo_train(cid, samples, round_idx, step)
+            else:
+                metrics = self.trainer.ce_step(samples)
+            self.clients[cid].adapter = self.trainer.adapter()
+        nll = metrics.get("nll", metrics["loss"])
+        metrics.update(
+            client=cid,
+            train_s=time.perf_counter() - t,
+            reward_mean=math.exp(-nll),  # the label tokens' geometric-mean probability
+            reward_std=0.0,
+            response_tokens=sum(len(s.response_ids) for s in samples),
+        )
+        return metrics
+
+    def _label_accuracy(self, rows: Sequence[Row]) -> list[list[float]]:
+        """Per row [1.0] when its most likely label word (under the trainer's live weights) is its label."""
+        for row in rows:
+            if not row.choices or row.answer not in row.choices:
+                raise ValueError(f"objective label-words: a test row has no label words or its label is not one: {row}")
+        samples = [Sample(self.prompt_ids(row), self.label_ids(c), 0.0) for row in rows for c in row.choices]
+        logp, scores, at = self.trainer.sequence_logprobs(samples), [], 0
+        for row in rows:
+            scores.append(logp[at : at + len(row.choices)])
+            at += len(row.choices)
+        return accuracy_rewards(scores, [r.choices for r in rows], [r.answer for r in rows])
+
     # --- the steps ---------------------------------------------------------------------------
 
     @timed_call
@@ -437,6 +479,11 @@ class ClientCore:
             index = private_steps_before(self.cfg.federation, self.cfg.seed, cid, round_idx, step)
             idx = private_batch(self.cfg.seed, cid, len(rows), g.b, index)  # shuffled epochs, no replacement
             requests.append((cid, [rows[i] for i in idx]))
+        if self.cfg.objective == "label-words":  # no rollouts: the label words are the targets
+            return [
+                {"step": step, "public": False, "gen_s": 0.0, **self._train_labels(cid, rows, round_idx, step)}
+                for cid, rows in requests
+            ]
         t = time.perf_counter()
         rolled = self._rollout(requests, g.K, g.temperature, ("rollout", round_idx, step))
         gen_s = time.perf_counter() - t
@@ -531,6 +578,12 @@ class ClientCore:
         client = self.clients[self.ids[0]]
         maybe_crash("client", round_idx, 0, "evaluate", client.id)
         own, target = client.adapter, (self.global_adapter if adapter is None else adapter)
+        if self.cfg.objective == "label-words":  # scored by the trainer: no sampling
+            with self.timer.phase("eval"):
+                self.trainer.load_weights(target)
+                self._active = None  # the trainer holds `target`, no client's weights
+                rewards = self._label_accuracy([as_row(r) for r in rows])
+            return {"rewards": rewards, "in_format": [[True] for _ in rewards]}
         if own is not target:  # a client of lower rank, or a decentralized client: serve `target` meanwhile
             client.adapter = target
             self._sync_engine(client.id)

@@ -154,11 +154,12 @@ class GossipPeer:
     # --- SeedFlood ----------------------------------------------------------------------------
 
     def zo_train(self, cid: int, samples, round_idx: int, step: int) -> dict:
-        """Client `cid`'s zeroth-order GRPO step (the trainer holds its weights); its message is kept
-        for the period's flood."""
-        f = self.host.cfg.federation
-        seed = derive_seed(self.host.cfg.seed, "seedflood", round_idx, step, cid)
-        scalar, metrics = zo_step(self.host.trainer, samples, seed, f.zo_eps, f.zo_lr, owner=cid)
+        """Client `cid`'s zeroth-order step on the run's objective (the trainer holds its weights); its
+        message is kept for the period's flood."""
+        c = self.host.cfg
+        f = c.federation
+        seed = derive_seed(c.seed, "seedflood", round_idx, step, cid)
+        scalar, metrics = zo_step(self.host.trainer, samples, seed, f.zo_eps, f.zo_lr, owner=cid, objective=c.objective)
         self.pending.setdefault(cid, []).append(SeedMessage(step, cid, seed, scalar))
         return metrics
 

@@ -50,6 +50,7 @@ MethodName = Literal[
     "centralized",
     "centralized-full",
 ]
+CLASSIFICATION_SOURCES = ("sst2", "rte", "boolq")  # rows with label words (pubswap/data/classification.py)
 Aggregation = Literal["fedit", "ffa-lora", "flexlora", "fed-dare", "fedsrd", "fedsrd-e", "fedicu"]
 SOURCE_REWARDS = {
     "reasoning_gym": "reasoning_gym",
@@ -490,6 +491,12 @@ class RunConfig(Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     fault_tolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    objective: Literal["grpo", "label-words"] = setting(
+        "grpo",
+        "what a local step minimises: grpo (rewarded rollouts, pass@1) | label-words (cross-entropy of the "
+        "label word after the prompt, accuracy by the label words' likelihood; sst2, rte, boolq; "
+        "pubswap/algorithms/label_words.py)",
+    )
     eval_every: int = setting(
         1, "evaluate the global adapter every this many rounds (and before round 1)", resume=True, ge=1
     )
@@ -525,6 +532,19 @@ class RunConfig(Section):
                 "lora.r",
                 "per-client ranks need federation.aggregation=flexlora (its SVD orders the components, so a "
                 f"client's first r[i] are its best rank-r[i] part), got {f.aggregation}",
+            )
+        if self.objective == "label-words":
+            need(
+                self.data.source in CLASSIFICATION_SOURCES,
+                "objective",
+                f"label-words needs a classification source with label words ({', '.join(CLASSIFICATION_SOURCES)}), "
+                f"got data.source={self.data.source}",
+            )
+            need(
+                f.family.swap_rule is None,
+                "objective",
+                f"label-words has no responses to swap: federation.method {f.method} has public steps "
+                "(use fedavg-grpo, fedprox-grpo or a decentralized method)",
             )
         problem = f.family.problem(self)  # the method's own rules (pubswap/methods/)
         if problem is not None:

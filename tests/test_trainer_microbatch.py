@@ -106,8 +106,10 @@ def test_micro_batched_step_equals_full_batch_step(trainer, budget):
     assert any(not torch.equal(start[k], got[k]) for k in got)  # the step did move the adapter
     for n in want_grads:  # the accumulated gradient is the full-batch gradient
         torch.testing.assert_close(grads[n], want_grads[n], atol=1e-6, rtol=1e-4)
+    # AdamW's early updates are about lr * g / |g| per entry (lr 1e-4 here): an entry whose gradient is
+    # near zero and differs in its last bits moves a few 1e-6 differently (seen on one CPU: 1.004e-6)
     for k in want:
-        torch.testing.assert_close(got[k], want[k], atol=1e-6, rtol=0)
+        torch.testing.assert_close(got[k], want[k], atol=5e-6, rtol=0)
 
 
 def test_mini_batches_make_one_update_each(trainer):

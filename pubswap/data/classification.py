@@ -1,7 +1,9 @@
 """The decentralized leaderboard's tasks as verifiable-reward tasks: SST-2, RTE and BoolQ.
 
 The label is the answer (one word in \\boxed{}), scored by the `exact` reward; the topic, which the
-Dirichlet split skews across clients, is the label (label skew). Public schemas accepted:
+Dirichlet split skews across clients, is the label (label skew). Each row carries its task's label words
+(`choices`), which the objective label-words scores (pubswap/algorithms/label_words.py). Public schemas
+accepted:
 
   sst2   GLUE (hub `nyu-mll/glue`, config sst2): `sentence`, `label` (0 negative, 1 positive; -1 in the
          unlabelled test split, rejected as missing_answer)
@@ -45,7 +47,7 @@ def _sst2_fields(r: Mapping) -> dict:
         if s
         else None
     )
-    return {"prompt": prompt, "answer": answer, "topic": answer}
+    return {"prompt": prompt, "answer": answer, "topic": answer, "choices": SST2_LABELS}
 
 
 def _rte_fields(r: Mapping) -> dict:
@@ -60,7 +62,7 @@ def _rte_fields(r: Mapping) -> dict:
         if premise and hypothesis
         else None
     )
-    return {"prompt": prompt, "answer": answer, "topic": answer}
+    return {"prompt": prompt, "answer": answer, "topic": answer, "choices": RTE_LABELS}
 
 
 def _boolq_fields(r: Mapping) -> dict:
@@ -74,7 +76,7 @@ def _boolq_fields(r: Mapping) -> dict:
         if passage and question
         else None
     )
-    return {"prompt": prompt, "answer": answer, "topic": answer}
+    return {"prompt": prompt, "answer": answer, "topic": answer, "choices": BOOLQ_LABELS}
 
 
 FIELDS = {"sst2": _sst2_fields, "rte": _rte_fields, "boolq": _boolq_fields}

@@ -18,6 +18,7 @@ class Row:
     topic: str
     ref: str = ""  # where the row came from, for verifiers that need the source entry (reasoning-gym)
     context: tuple = ()  # chat turns shown before the prompt (a one-shot example), as {"role", "content"}
+    choices: tuple = ()  # a classification task's label words, `answer` among them (objective label-words)
 
     def as_pair(self) -> tuple[str, str]:
         return self.prompt, self.answer
@@ -84,6 +85,7 @@ def validate_rows(raw: Iterable[Mapping], default_topic: str | None = None) -> t
                     topic=topic or default_topic,
                     ref=str(item.get("ref") or ""),
                     context=tuple(item.get("context") or ()),
+                    choices=tuple(item.get("choices") or ()),
                 )
             )
     report.kept = len(rows)

@@ -32,12 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import Tensor
 
 from pubswap.algorithms.aggregation.base import AggregationStrategy
 from pubswap.algorithms.grpo import grpo_loss, off_policy, truncated_is_weights
+from pubswap.algorithms.label_words import token_nll
 from pubswap.config import GRPOConfig, LoraConfig
 from pubswap.learner.logprobs import chunked_token_logprobs
 from pubswap.learner.microbatch import plan_micro_batches
@@ -354,7 +356,6 @@ class GRPOTrainer:
         metrics: dict[str, float] = self.nll(flat_mbs, [lp for lps in old for lp in lps], off)
         # the weights depend only on the old log-probs: computed once, used by every epoch
         tis = [[self._tis_weights(mb, samples, lp, off) for mb, lp in zip(mbs, lps)] for mbs, lps in zip(plans, old)]
-        params = list(self.trainable().values())
         entropy_mode = "grad" if g.entropy_coef > 0 else "value"
         sums = dict.fromkeys(keys, 0.0)
         updates = skipped = 0
@@ -363,50 +364,91 @@ class GRPOTrainer:
             for _ in range(g.grad_epochs):
                 for mbs, old_mbs, ref_mbs, tis_mbs in zip(plans, old, ref, tis):
                     n_tokens = float(sum(mb.tokens for mb in mbs))  # the token-mean's denominator: the mini-batch
-                    self.optimizer.zero_grad(set_to_none=True)
-                    part = dict.fromkeys(("loss", "pg_loss", "kl", "clip_frac", "entropy"), 0.0)
-                    for mb, old_mb, ref_mb, tis_mb in zip(mbs, old_mbs, ref_mbs, tis_mbs):
-                        logp, entropy = self.logprobs(mb, g.temperature, entropy_mode)
-                        out = self.loss(
-                            logp,
-                            old_mb,
-                            ref_mb,
-                            mb,
-                            n_tokens,
-                            entropy=entropy,
-                            entropy_coef=g.entropy_coef,
-                            is_weights=tis_mb,
-                        )
-                        out.loss.backward()
-                        for k in part:
-                            part[k] += float(getattr(out, k).detach())
-                    penalty = 0.0
-                    if self.strategy is not None:
-                        p = self.strategy.client_penalty(self._lora_params_by_adapter_key(), self._anchor_dev)
-                        if p.requires_grad:
-                            p.backward()
-                        penalty = float(p.detach())
-                    if self.rank is not None:
-                        self._zero_grads_beyond_rank()
-                    grad_norm = torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
-                    if torch.isfinite(grad_norm):
-                        self.optimizer.step()
-                    else:  # VERL: a non-finite gradient norm skips the update instead of poisoning the weights
-                        self.optimizer.zero_grad(set_to_none=True)
-                        skipped += 1
-                    updates += 1
-                    for k, v in {
-                        **part,
-                        "loss": part["loss"] + penalty,
-                        "penalty": penalty,
-                        "grad_norm": float(grad_norm),
-                    }.items():
+                    grpo = partial(self._grpo_micro_loss, old_mbs, ref_mbs, tis_mbs, n_tokens, entropy_mode)
+                    part, ok = self._update(mbs, grpo, ("loss", "pg_loss", "kl", "clip_frac", "entropy"))
+                    updates, skipped = updates + 1, skipped + (not ok)
+                    for k, v in part.items():
                         sums[k] += v
         finally:
             self.model.eval()
         metrics.update({k: v / updates for k, v in sums.items()})
         metrics.update(micro_batches=len(flat_mbs), updates=updates, skipped_updates=skipped)
         return metrics
+
+    def _grpo_micro_loss(self, old, ref, tis, n_tokens: float, entropy_mode: str, i: int, mb: MicroBatch):
+        g = self.grpo
+        logp, entropy = self.logprobs(mb, g.temperature, entropy_mode)
+        return self.loss(
+            logp, old[i], ref[i], mb, n_tokens, entropy=entropy, entropy_coef=g.entropy_coef, is_weights=tis[i]
+        )
+
+    def _ce_micro_loss(self, n_tokens: float, i: int, mb: MicroBatch):
+        return token_nll(self.logprobs(mb, 1.0), n_tokens)
+
+    def _update(self, mbs: Sequence[MicroBatch], micro_loss, keys: Sequence[str]) -> tuple[dict[str, float], bool]:
+        """One optimizer update over a mini-batch: `micro_loss(i, mb)` (an object with a `.loss` to
+        backpropagate and the float fields `keys`) for each micro-batch, gradients accumulated, plus the
+        strategy's client penalty; the gradient norm clipped; skipped when not finite. Returns the summed
+        fields with "penalty" and "grad_norm" (loss includes the penalty), and whether it stepped."""
+        self.optimizer.zero_grad(set_to_none=True)
+        part = dict.fromkeys(keys, 0.0)
+        for i, mb in enumerate(mbs):
+            out = micro_loss(i, mb)
+            out.loss.backward()
+            for k in part:
+                part[k] += float(getattr(out, k).detach())
+        penalty = 0.0
+        if self.strategy is not None:
+            p = self.strategy.client_penalty(self._lora_params_by_adapter_key(), self._anchor_dev)
+            if p.requires_grad:
+                p.backward()
+            penalty = float(p.detach())
+        if self.rank is not None:
+            self._zero_grads_beyond_rank()
+        grad_norm = torch.nn.utils.clip_grad_norm_(list(self.trainable().values()), self.grpo.grad_clip)
+        ok = bool(torch.isfinite(grad_norm))
+        if ok:
+            self.optimizer.step()
+        else:  # VERL: a non-finite gradient norm skips the update instead of poisoning the weights
+            self.optimizer.zero_grad(set_to_none=True)
+        return {**part, "loss": part["loss"] + penalty, "penalty": penalty, "grad_norm": float(grad_norm)}, ok
+
+    # --- one cross-entropy step (objective label-words) ---------------------------------------
+
+    def ce_step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """One step of token cross-entropy on the samples' responses (the label words after the prompt;
+        prompt tokens are not scored): per mini-batch of `grpo.mini_batch_size` samples (0: all), one
+        AdamW update of the token-mean NLL (+ the strategy's client penalty), `grad_epochs` passes."""
+        keys = ("loss", "nll", "grad_norm", "penalty")
+        if not samples:
+            return {**dict.fromkeys(keys, 0.0), "micro_batches": 0, "updates": 0, "skipped_updates": 0}
+        g = self.grpo
+        size = g.mini_batch_size or len(samples)
+        ranges = [range(i, min(i + size, len(samples))) for i in range(0, len(samples), size)]
+        plans = [self.micro_batches([samples[i] for i in r]) for r in ranges]
+        sums = dict.fromkeys(keys, 0.0)
+        updates = skipped = 0
+        self.model.train()
+        try:
+            for _ in range(g.grad_epochs):
+                for mbs in plans:
+                    n_tokens = float(sum(mb.tokens for mb in mbs))
+
+                    part, ok = self._update(mbs, partial(self._ce_micro_loss, n_tokens), ("loss", "nll"))
+                    updates, skipped = updates + 1, skipped + (not ok)
+                    for k, v in part.items():
+                        sums[k] += v
+        finally:
+            self.model.eval()
+        out = {k: v / updates for k, v in sums.items()}
+        out.update(micro_batches=sum(len(p) for p in plans), updates=updates, skipped_updates=skipped)
+        return out
+
+    @torch.no_grad()
+    def sequence_logprobs(self, samples: Sequence[Sample]) -> list[float]:
+        """Each sample's response log-likelihood after its prompt (sum over its tokens, temperature 1)
+        under the live weights, in eval mode."""
+        return [float(lp.sum()) for lp in self.response_logprobs(samples, 1.0)]
 
     def _zero_grads_beyond_rank(self) -> None:
         """A client of rank r < max rank trains only the first r components: rows r.. of every A and

@@ -23,34 +23,45 @@ import torch
 
 from pubswap.algorithms.gossip import SeedMessage, apply_messages, direction
 from pubswap.algorithms.grpo import off_policy
+from pubswap.algorithms.label_words import token_nll
 from pubswap.lora import Adapter
 from pubswap.methods.gossip import Gossip
 
 
 @torch.no_grad()
-def zo_step(trainer, samples, seed: int, eps: float, lr: float, owner: int | None = None) -> tuple[float, dict]:
-    """A client's local step: one zeroth-order GRPO step of `trainer` (pubswap/learner/trainer.py, full
+def zo_step(
+    trainer, samples, seed: int, eps: float, lr: float, owner: int | None = None, objective: str = "grpo"
+) -> tuple[float, dict]:
+    """A client's local step: one zeroth-order step of `trainer` (pubswap/learner/trainer.py, full
     policy), MeZO-style. Along the Gaussian direction z(seed) over the trained tensors,
-    g = (L(x + eps z) - L(x - eps z)) / (2 eps) with L the step's GRPO loss (old log-probs: the current
-    policy), and x <- x - (lr g) z. Forward passes only.
+    g = (L(x + eps z) - L(x - eps z)) / (2 eps) with L the step's loss, and x <- x - (lr g) z. Forward
+    passes only. L is the objective's: the GRPO loss (old log-probs: the current policy), or with
+    objective label-words the label tokens' mean NLL (pubswap/algorithms/label_words.py).
 
     Returns the fp32 scalar lr * g (the message: with the seed it rebuilds the update anywhere, by
     pubswap.algorithms.gossip.apply_messages, which this step itself uses) and the step's metrics."""
     g = trainer.grpo
     mbs = trainer.micro_batches(samples)
-    old, ref = trainer.old_logprobs(mbs), trainer.ref_logprobs(mbs)
-    metrics: dict[str, float] = trainer.nll(mbs, old, off_policy(samples, owner))
     n_tokens = float(sum(mb.tokens for mb in mbs))
+    if objective == "label-words":
+        metrics: dict[str, float] = {}
+
+        def mb_loss(mb, i: int) -> float:
+            return float(token_nll(trainer.logprobs(mb, 1.0), n_tokens).loss)
+
+    else:
+        old, ref = trainer.old_logprobs(mbs), trainer.ref_logprobs(mbs)
+        metrics = trainer.nll(mbs, old, off_policy(samples, owner))
+
+        def mb_loss(mb, i: int) -> float:
+            return float(trainer.loss(trainer.logprobs(mb, g.temperature), old[i], ref[i], mb, n_tokens).loss)
+
     x = trainer.adapter()
     z = direction(seed, x)
 
     def loss_at(sign: float) -> float:
         trainer.load_weights({k: x[k] + sign * eps * z[k] for k in x})
-        total = 0.0
-        for mb, old_mb, ref_mb in zip(mbs, old, ref):
-            logp = trainer.logprobs(mb, g.temperature)
-            total += float(trainer.loss(logp, old_mb, ref_mb, mb, n_tokens).loss)
-        return total
+        return sum(mb_loss(mb, i) for i, mb in enumerate(mbs))
 
     plus, minus = loss_at(1.0), loss_at(-1.0)
     grad = (plus - minus) / (2 * eps)
@@ -64,6 +75,8 @@ def zo_step(trainer, samples, seed: int, eps: float, lr: float, owner: int | Non
         updates=1,
         skipped_updates=int(not math.isfinite(grad)),
     )
+    if objective == "label-words":
+        metrics["nll"] = metrics["loss"]
     return scalar, metrics
 
 
