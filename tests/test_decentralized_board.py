@@ -68,3 +68,28 @@ def test_a_run_that_is_no_board_cell_is_left_out_with_a_line(tmp_path, capsys, m
     assert main(["--board", str(other), str(ref)]) == 0
     out, err = capsys.readouterr()
     assert "is not a board cell" in err and method not in out
+
+
+def test_the_board_config_set_has_its_40_cells_each_runnable_on_every_task():
+    """configs/board/: one file per cell of the board, each a valid label-words run on SST-2, RTE and
+    BoolQ once data.source is set, with the cell's method, topology and client count."""
+    from pathlib import Path
+
+    from pubswap.config import _apply_override, from_dict, read_yaml
+
+    root = Path(__file__).resolve().parents[1] / "configs" / "board"
+    cells = sorted(root.glob("*_*_*.yaml"))
+    want = {(m, t, n) for m, by in BOARD.items() for (t, n) in by}
+    assert len(cells) == len(want) == 40
+    seen = set()
+    for path in cells:
+        for task in ("sst2", "rte", "boolq"):
+            raw = read_yaml(path)
+            _apply_override(raw, f"data.source={task}")
+            cfg = from_dict(raw)
+            f = cfg.federation
+            assert cfg.objective == "label-words" and cfg.model.prompt_format == "plain"
+            assert f.gossip_rule is not None and f.num_clients * cfg.data.per_client + cfg.data.test_size <= 2490
+            seen.add((f.method, f.topology, f.num_clients))
+            assert path.stem == f"{f.method}_{f.topology}_{f.num_clients}"
+    assert seen == want
