@@ -43,6 +43,10 @@ class ServerActor:
             "adapter": strategy.apply_download(start, download, ctx),
             "upload_bytes": {c: payload_bytes(by_client[c]) for c in cids},
             "download_bytes": {c: strategy.download_bytes(download, self.cfg.lora.reduced_rank(c)) for c in cids},
+            "upload_board": {c: payload_bytes(by_client[c], board=True) for c in cids},
+            "download_board": {
+                c: strategy.download_bytes(download, self.cfg.lora.reduced_rank(c), board=True) for c in cids
+            },
         }
 
     def public_batch(self, round_idx: int, step: int) -> list[Row]:

@@ -9,8 +9,10 @@ payload sizes are multiplied by the number of blocks. Dense strategies' sizes do
 values. The sparse ones do: Fed-DARE's and FedSRD's download keep fractions are fixed (1 - p), but
 FedSRD's upload keeps 1 - q, q from the kurtosis of the update's importances (0.85-0.96), and these
 Gaussian updates give one value of it; a real run's metrics.jsonl has the measured counts.
-Columns: MiB up, MiB down, and up + down (the leaderboard's "Comm. Cost (MB)" is up + down of dense
-fp32 factors: 616 for Qwen2-7B r=32, 742 for Llama-3.2-3B r=64 -- its run scripts use r=64 there).
+Columns: MiB up, MiB down, and up + down, exact (values in their dtype + int32 indices or bitmasks);
+"board up+down" in the leaderboard's convention (fp32 values only, no positions); the leaderboard's
+own "Comm. Cost (MB)" (616 for Qwen2-7B r=32 = 2 x 308 dense fp32; 742 for Llama-3.2-3B r=64 -- its
+run scripts use r=64 there).
 Also the server's time for one round of the non-linear strategies (CPU, all blocks, extrapolated).
 """
 
@@ -115,7 +117,7 @@ def main() -> None:
             )
             print(
                 f"  {'strategy':<10} {'up MiB':>8} {'down MiB':>9} {'up+down':>8} {'vs fedit':>9} "
-                f"{'server s/round':>15} {'leaderboard MB':>15}"
+                f"{'board up+down':>14} {'server s/round':>15} {'leaderboard MB':>15}"
             )
             base = None
             for name, cls in STRATEGIES.items():
@@ -125,16 +127,18 @@ def main() -> None:
                 res = s.run_round(start, trained, seed=0, round_idx=2)
                 took = (time.perf_counter() - t) * layers
                 up, down = res.upload_bytes[0] * layers / mib, res.download_bytes[0] * layers / mib
+                board = (res.upload_board[0] + res.download_board[0]) * layers / mib
                 if base is None:
                     base = up + down
                 if name in ("fedsrd", "fedsrd-e"):  # the other parity: B's download instead of A's
                     res_b = s.run_round(start, trained, seed=0, round_idx=1)
                     down_b = res_b.download_bytes[0] * layers / mib
-                    down = (down + down_b) / 2  # mean over an A round and a B round
+                    board_b = (res_b.upload_board[0] + res_b.download_board[0]) * layers / mib
+                    down, board = (down + down_b) / 2, (board + board_b) / 2  # mean over an A round and a B round
                 lb = LEADERBOARD.get(model, {}).get(name) if (model != "llama3.2-3b" or r == 64) else None
                 print(
                     f"  {name:<10} {up:>8.2f} {down:>9.2f} {up + down:>8.2f} {(up + down) / base:>8.1%} "
-                    f"{'-' if s.linear else f'{took:.1f}':>15} {lb if lb is not None else '-':>15}"
+                    f"{board:>14.2f} {'-' if s.linear else f'{took:.1f}':>15} {lb if lb is not None else '-':>15}"
                 )
 
 

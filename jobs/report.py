@@ -64,17 +64,28 @@ def read_run(run_dir: Path) -> dict:
 
 def comm_mb(run_dir: Path) -> dict:
     """Mean MiB per client per round: the adapter traffic of the aggregation (upload + download, as the
-    strategy sends it) and the public steps' responses (up to the server and back, split over the
+    strategy sends it: exact bytes; and "board_mb" as the FedSRD leaderboard counts, fp32 values only,
+    no indices or bitmasks) and the public steps' responses (up to the server and back, split over the
     round's participants). None for runs written before the per-client counts existed."""
     path = run_dir / "metrics.jsonl"
     records = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
     rounds = [r["bytes"] for r in records if "upload" in r.get("bytes", {})]
     if not rounds:
-        return {"adapter_mb": None, "public_mb": None}
+        return {"adapter_mb": None, "board_mb": None, "public_mb": None}
     mib = 2**20
-    adapter = [sum(u + d for u, d in zip(b["upload"], b["download"])) / len(b["upload"]) for b in rounds]
+
+    def per_client(up: str, down: str) -> float | None:
+        if any(up not in b for b in rounds):
+            return None
+        each = [sum(u + d for u, d in zip(b[up], b[down])) / len(b[up]) for b in rounds]
+        return sum(each) / len(each) / mib
+
     public = [b.get("public_pool", 0) / len(b["upload"]) for b in rounds]
-    return {"adapter_mb": sum(adapter) / len(adapter) / mib, "public_mb": sum(public) / len(public) / mib}
+    return {
+        "adapter_mb": per_client("upload", "download"),
+        "board_mb": per_client("upload_board", "download_board"),
+        "public_mb": sum(public) / len(public) / mib,
+    }
 
 
 def mb(x: float | None) -> str:
@@ -117,7 +128,7 @@ def table(run_dirs: list[Path], reference: Path | None = None) -> str:
     ref_final = read_run(ref)["final"] if ref is not None else None
     lines = [
         f"{'run':<58} {'rounds':>7} {'base':>5} {'final':>6} {'SE (prompts x n)':>17} {'best':>6} "
-        f"{'norm.':>6} {'MB/round/client':>15} {'public MB':>9} | paper (table: base final/best)"
+        f"{'norm.':>6} {'MB/round/client':>15} {'board MB':>8} {'public MB':>9} | paper (table: base final/best)"
     ]
     for d in run_dirs:
         r = read_run(d)
@@ -127,7 +138,7 @@ def table(run_dirs: list[Path], reference: Path | None = None) -> str:
         lines.append(
             f"{r['run']:<58} {r['rounds']:>3}/{r['of']:<3} {100 * r['base']:>5.1f} {100 * r['final']:>6.1f} "
             f"{se_text(r):>17} {100 * r['best']:>6.1f} {normalized(r['final'], ref_final):>6} "
-            f"{mb(r['adapter_mb']):>15} {mb(r['public_mb']):>9} | {refs}"
+            f"{mb(r['adapter_mb']):>15} {mb(r['board_mb']):>8} {mb(r['public_mb']):>9} | {refs}"
         )
     if ref is not None:
         lines.append(f"norm. = final pass@1 / {ref.name}'s final pass@1 ({100 * ref_final:.1f}) x 100")

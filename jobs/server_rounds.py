@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import ray
 
+from pubswap.algorithms.aggregation.payload import payload_bytes
 from pubswap.lora import Adapter, num_bytes
 
 
@@ -42,7 +43,8 @@ class ServerRounds:
     def average(self, round_idx: int, cids: Sequence[int], start: Adapter) -> tuple[Adapter, list[dict], dict]:
         """The round's aggregation; every hosted client then holds the new global adapter. Returns it, the
         participants' drift, and the bytes each participant sent and received ({"upload": [...],
-        "download": [...]} in the order of `cids`).
+        "download": [...]} in the order of `cids`, exact; "upload_board", "download_board" the same in
+        the FedSRD leaderboard's convention: fp32 values only).
 
         A linear strategy is one allreduce of the sent tensors among all actors. Any other runs where it
         belongs: each actor uploads its participants' payloads, the ServerActor aggregates them (all
@@ -57,8 +59,14 @@ class ServerRounds:
                 ]
             )
             averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
-            sent = num_bytes({k: v for k, v in start.items() if self.strategy.trains(k)})
-            comm = {"upload": [sent] * len(order), "download": [sent] * len(order)}
+            sent = {k: v for k, v in start.items() if self.strategy.trains(k)}
+            exact, board = num_bytes(sent), payload_bytes(sent, board=True)
+            comm = {
+                "upload": [exact] * len(order),
+                "download": [exact] * len(order),
+                "upload_board": [board] * len(order),
+                "download_board": [board] * len(order),
+            }
         else:
             busy = [(a, ids) for a, ids in zip(self.actors, self._by_actor(cids)) if ids]
             uploads = [a.upload.remote(round_idx, ids) for a, ids in busy]
@@ -77,6 +85,8 @@ class ServerRounds:
             comm = {
                 "upload": [info["upload_bytes"][c] for c in order],
                 "download": [info["download_bytes"][c] for c in order],
+                "upload_board": [info["upload_board"][c] for c in order],
+                "download_board": [info["download_board"][c] for c in order],
             }
         drift = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
         return averaged, drift, comm

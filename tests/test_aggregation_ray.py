@@ -54,9 +54,20 @@ def test_strategy_runs_two_rounds_through_ray(name, local_ray, digit_model_dir, 
         assert changed(g1, g2, "lora_A") and not changed(g1, g2, "lora_B")
         assert all(0 < u < 0.2 * dense for r in up for u in r)
         assert down[0][0] < b_only and down[1][0] < a_only
-    else:  # fed-dare, fedicu: sparse deltas up, the dense adapter down
+    elif name == "fed-dare":  # sparse deltas up, their sparse mean down (the union of 2 masks: ~19%)
+        assert changed(g0, g2, "lora_A") and changed(g0, g2, "lora_B")
+        assert all(0 < u < 0.2 * dense for r in up for u in r) and all(0 < d < 0.3 * dense for r in down for d in r)
+    else:  # fedicu: sparse deltas up, the dense adapter down
         assert changed(g0, g2, "lora_A") and changed(g0, g2, "lora_B")
         assert all(0 < u < 0.6 * dense for r in up for u in r) and down == [[dense] * 2] * 2
+    # the leaderboard's convention beside the exact bytes: fp32 values only, never more than exact
+    # here (fp32 everywhere) and equal where nothing is sparse
+    for r in records:
+        b = r["bytes"]
+        for exact, board in ((b["upload"], b["upload_board"]), (b["download"], b["download_board"])):
+            assert all(0 < x <= e for x, e in zip(board, exact))
+            dense_here = name in ("ffa-lora", "flexlora") or (name == "fedicu" and exact is b["download"])
+            assert (board == exact) == dense_here
     # every client holds what the checkpoint holds: the clients' evaluation used it, and the
     # driver's copy came from the server (non-linear) or the allreduce (linear)
     SHAS[name] = final_sha(cfg.run_dir)

@@ -20,7 +20,7 @@ from pubswap.algorithms.aggregation import (
     payload_bytes,
 )
 from pubswap.algorithms.aggregation.fedsrd import pearson_kurtosis, prune_by_importance, prune_ratio
-from pubswap.algorithms.aggregation.payload import sparsify
+from pubswap.algorithms.aggregation.payload import kept, sparsify, tensor_bytes
 
 A1, B1 = "m1.lora_A.weight", "m1.lora_B.weight"  # a 6 x 5 weight, r = 2
 A2, B2 = "m2.lora_A.weight", "m2.lora_B.weight"  # a 3 x 4 weight, r = 2
@@ -117,8 +117,8 @@ def test_fed_dare_drops_a_fraction_p_and_is_unbiased_over_seeds():
     delta = trained["x.lora_A.weight"]
     s = FedDARE(p=0.75)
     sent = [s.upload(start, trained, Context(seed, 1, 0))["x.lora_A.weight"] for seed in range(400)]
-    kept = sum(x.values.numel() for x in sent) / (400 * delta.numel())
-    assert kept == pytest.approx(0.25, abs=0.01)
+    share = sum(x.values.numel() for x in sent) / (400 * delta.numel())
+    assert share == pytest.approx(0.25, abs=0.01)
     mean = sum(x.dense() for x in sent) / 400
     # each entry's mean over 400 draws: delta +- delta * sqrt(p / (1 - p) / 400) ~ 0.087 delta
     assert ((mean - delta).abs() / delta.abs().clamp_min(1e-3)).median() < 0.1
@@ -128,12 +128,42 @@ def test_fed_dare_drops_a_fraction_p_and_is_unbiased_over_seeds():
     assert torch.equal(again.dense(), sent[0].dense())
     other = s.upload(start, trained, Context(0, 1, 1))["x.lora_A.weight"]
     assert not torch.equal(other.dense(), sent[0].dense())
-    # the new global is start + the weighted mean of the sent deltas, sent down dense
+    # the new global is start + the weighted mean of the sent deltas, sent down sparse: on the union of
+    # the clients' kept positions (1 - p^2 of the entries for 2 clients)
     res = s.run_round(start, [trained, trained], seed=0, clients=[0, 1])
     ups = [s.upload(start, trained, Context(0, 1, c)) for c in (0, 1)]
+    down = s.server_aggregate(start, ups, None, Context(0, 1, None))
     for k in start:
-        assert torch.allclose(res.adapter[k], start[k] + (ups[0][k].dense() + ups[1][k].dense()) / 2)
-    assert res.download_bytes == [4 * 2 * 2000] * 2
+        assert torch.equal(res.adapter[k], start[k] + (ups[0][k].dense() + ups[1][k].dense()) / 2)
+        assert torch.equal(kept(down[k]), kept(ups[0][k]) | kept(ups[1][k]))
+    union = sum(int(kept(d).sum()) for d in down.values())
+    assert union / 4000 == pytest.approx(1 - 0.75**2, abs=0.03)
+    assert res.download_board == [4 * union] * 2 and res.download_bytes[0] < 4 * 4000
+
+
+def test_fedsrd_weighs_b_by_the_global_a_rows():
+    """importance(dB[:, j]) = |dB| x ||row j of the round-start A||: with the trained A's row norms the
+    other way round, only the columns of B facing the global A's large rows survive."""
+    d, r, m = 12, 4, 10
+    big = torch.tensor([10.0, 10.0, 0.01, 0.01])[:, None]
+    base = torch.ones(r, m) / m**0.5
+    start = {"x.lora_A.weight": base * big, "x.lora_B.weight": torch.full((d, r), 0.1)}
+    trained = {
+        "x.lora_A.weight": base * big.flip(0),  # the trained A's large rows are 2 and 3
+        "x.lora_B.weight": start["x.lora_B.weight"] + 0.05,  # every entry of dB the same size
+    }
+    up = FedSRD().upload(start, trained, Context(0, 1, 0))["x.lora_B.weight"]
+    cols = torch.nonzero(kept(up))[:, 1]
+    assert cols.numel() > 0 and set(cols.tolist()) <= {0, 1}
+
+
+def test_the_board_convention_counts_fp32_values_without_positions():
+    t = torch.arange(1000, dtype=torch.float32)
+    sp = sparsify(t, t % 10 == 0)  # 100 values + a 125-byte bitmask
+    assert tensor_bytes(sp) == 100 * 4 + 1000 // 8 and tensor_bytes(sp, board=True) == 100 * 4
+    half = torch.zeros(10, 10, dtype=torch.bfloat16)
+    assert tensor_bytes(half) == 200 and tensor_bytes(half, board=True) == 400
+    assert payload_bytes({"a": sp, "b": half}, board=True) == 800
 
 
 def test_sparse_payload_bytes_are_values_plus_the_cheaper_position_encoding():

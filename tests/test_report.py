@@ -24,8 +24,15 @@ def fake_run(root, name: str, method: str, tau: int, passes: list[float], reward
             "eval_prompts": 100,
             "eval_n": 4,
             "reward_mean": [rw, rw + 0.1],
-            # client 0 sends 1 MiB and gets 2 MiB, client 1 sends 3 and gets 2; 1 MiB of public responses
-            "bytes": {"upload": [2**20, 3 * 2**20], "download": [2 * 2**20] * 2, "public_pool": 2**20},
+            # client 0 sends 1 MiB and gets 2 MiB, client 1 sends 3 and gets 2; 1 MiB of public responses;
+            # in the leaderboard's convention (no positions) 1 MiB less up for client 1
+            "bytes": {
+                "upload": [2**20, 3 * 2**20],
+                "download": [2 * 2**20] * 2,
+                "upload_board": [2**20, 2 * 2**20],
+                "download_board": [2 * 2**20] * 2,
+                "public_pool": 2**20,
+            },
         }
         for r, (p, rw) in enumerate(zip(passes[1:], rewards), start=1)
     ]
@@ -58,7 +65,8 @@ def test_report_prints_the_table_and_draws_both_runs(tmp_path, capsys):
     assert "a " in out and "40.0" in out and "28.0" in out and f"plot: {png}" in out
     assert "MB/round/client" in out.splitlines()[0]
     row = next(line for line in out.splitlines() if line.startswith("a "))
-    assert row.split("|")[0].split()[-2:] == ["4.0", "0.500"]  # (1 + 2 + 3 + 2) / 2 clients; 1 / 2 clients
+    # (1 + 2 + 3 + 2) / 2 clients exact, (1 + 2 + 2 + 2) / 2 as the board counts; 1 / 2 clients public
+    assert row.split("|")[0].split()[-3:] == ["4.0", "3.5", "0.500"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     curve_a = run_curve(a)
     assert curve_a.label == "a: pubswap-balanced tau=4"

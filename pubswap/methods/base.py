@@ -109,6 +109,8 @@ def round_record(
             "broadcast": num_actors * adapter_bytes,
             "allreduce": 2 * (num_actors - 1) * adapter_bytes,
             "public_pool": 2 * sum(st.get("pool_bytes", 0) for st in steps),
+            # the FedSRD leaderboard's convention (fp32 values only, no positions), where a server round ran
+            **{k: comm[k] for k in ("upload_board", "download_board") if k in comm},
         },
         "reward_mean": [mean([st["clients"][i]["reward_mean"] for st in steps]) for i in range(len(parts))],
     }

@@ -55,6 +55,8 @@ class RoundResult:
     adapter: Adapter  # the new global adapter
     upload_bytes: list[int] = field(default_factory=list)  # per client, in the order given
     download_bytes: list[int] = field(default_factory=list)
+    upload_board: list[int] = field(default_factory=list)  # the same in the leaderboard's convention (payload.py)
+    download_board: list[int] = field(default_factory=list)
 
 
 def lora_pairs(keys) -> list[tuple[str, str]]:
@@ -109,9 +111,10 @@ class AggregationStrategy:
         their round-start values."""
         return {k: (dense(download[k]).to(v.dtype) if k in download else v) for k, v in start.items()}
 
-    def download_bytes(self, download: Payload, rank: int | None = None) -> int:
-        """What the server sends one client (FlexLoRA sends a client of lower rank only its components)."""
-        return payload_bytes(download)
+    def download_bytes(self, download: Payload, rank: int | None = None, board: bool = False) -> int:
+        """What the server sends one client (FlexLoRA sends a client of lower rank only its components);
+        `board`: in the leaderboard's convention (payload.py)."""
+        return payload_bytes(download, board)
 
     def run_round(
         self,
@@ -131,7 +134,13 @@ class AggregationStrategy:
         uploads = [self.upload(start, t, Context(seed, round_idx, c, r)) for t, c, r in zip(trained, clients, ranks)]
         download = self.server_aggregate(start, uploads, weights, Context(seed, round_idx, None))
         new = self.apply_download(start, download, Context(seed, round_idx, None))
-        return RoundResult(new, [payload_bytes(u) for u in uploads], [self.download_bytes(download, r) for r in ranks])
+        return RoundResult(
+            new,
+            [payload_bytes(u) for u in uploads],
+            [self.download_bytes(download, r) for r in ranks],
+            [payload_bytes(u, board=True) for u in uploads],
+            [self.download_bytes(download, r, board=True) for r in ranks],
+        )
 
     def aggregate(self, adapters: Sequence[Mapping[str, Tensor]], weights: Sequence[float] | None = None) -> Adapter:
         """A linear strategy's new global adapter from the clients' adapters: their weighted mean."""

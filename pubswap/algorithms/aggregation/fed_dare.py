@@ -3,7 +3,10 @@
 Client i drops each entry of its delta trained_i - start with probability p (Bernoulli, seeded from
 (seed, round, client, tensor)) and rescales the rest by 1 / (1 - p), so the sent delta is unbiased:
 E[sent] = delta. It sends the kept entries (values + positions); the server averages the deltas and
-sends the new dense adapter down. Default p = 0.9.
+sends the mean delta down, sparse (its support is the union of the clients' masks, 1 - p^n of the
+entries: 34% at p = 0.9 and 4 clients), and every client adds it to the round-start adapter. The
+FedSRD leaderboard's 158 MB for Fed-DARE (Qwen2-7B r=32, fp32 values only) fits that: 31 MB up +
+105 MB down. Default p = 0.9.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 import torch
 
 from pubswap.algorithms.aggregation.base import AggregationStrategy, Context, normalized_weights, weighted_mean
-from pubswap.algorithms.aggregation.payload import Payload, dense, sparsify
+from pubswap.algorithms.aggregation.payload import Payload, dense, kept, sparsify
 from pubswap.lora import Adapter
 from pubswap.seeding import derive_seed
 
@@ -37,5 +40,18 @@ class FedDARE(AggregationStrategy):
         return out
 
     def server_aggregate(self, start: Adapter, uploads: Sequence[Payload], weights, ctx: Context) -> Payload:
+        """The weighted mean of the clients' sparse deltas, sent sparse: its support is the union of the
+        clients' kept positions (about 1 - p^n of the entries), zero elsewhere."""
         w = normalized_weights(weights, len(uploads))
-        return {k: start[k] + weighted_mean([dense(u[k]) for u in uploads], w) for k in sorted(start)}
+        out = {}
+        for k in sorted(start):
+            mean = weighted_mean([dense(u[k]) for u in uploads], w)
+            union = torch.zeros(mean.shape, dtype=torch.bool)
+            for u in uploads:
+                union |= kept(u[k])
+            out[k] = sparsify(mean, union)
+        return out
+
+    def apply_download(self, start: Adapter, download: Payload, ctx: Context) -> Adapter:
+        """The round-start adapter plus the mean delta."""
+        return {k: start[k] + dense(download[k]).to(start[k].dtype) for k in start}

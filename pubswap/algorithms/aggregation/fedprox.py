@@ -51,8 +51,8 @@ class FedProx(AggregationStrategy):
     def apply_download(self, start, download, ctx):
         return self.inner.apply_download(start, download, ctx)
 
-    def download_bytes(self, download, rank=None):
-        return self.inner.download_bytes(download, rank)
+    def download_bytes(self, download, rank=None, board=False):
+        return self.inner.download_bytes(download, rank, board)
 
     def aggregate(self, adapters, weights=None):
         return self.inner.aggregate(adapters, weights)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from pubswap.algorithms.aggregation.base import AggregationStrategy, Context, lora_pairs, normalized_weights
 from pubswap.algorithms.aggregation.lowrank import balanced_factors, stack_products
-from pubswap.algorithms.aggregation.payload import Payload, dense
+from pubswap.algorithms.aggregation.payload import FP32, Payload, dense
 from pubswap.lora import Adapter, components
 
 
@@ -32,13 +32,14 @@ class FlexLoRA(AggregationStrategy):
             return dict(sorted(trained.items()))
         return {k: v[components(k, 0, r)].contiguous() for k, v in sorted(trained.items())}
 
-    def download_bytes(self, download: Payload, rank: int | None = None) -> int:
+    def download_bytes(self, download: Payload, rank: int | None = None, board: bool = False) -> int:
         """The new factors; a client of rank r_i is sent its first r_i components, the best rank-r_i
         part of the mean product (S is sorted). The object store holds one full-rank download per round,
         which each client actor fetches; this counts what the algorithm sends the client."""
         if rank is None:
-            return super().download_bytes(download)
-        return sum(v[components(k, 0, rank)].numel() * v.element_size() for k, v in download.items())
+            return super().download_bytes(download, board=board)
+        size = (lambda v: FP32) if board else (lambda v: v.element_size())
+        return sum(v[components(k, 0, rank)].numel() * size(v) for k, v in download.items())
 
     def server_aggregate(self, start: Adapter, uploads: Sequence[Payload], weights, ctx: Context) -> Payload:
         w = normalized_weights(weights, len(uploads))

@@ -5,6 +5,8 @@ kept values (in the tensor's dtype) plus where they are: int32 flat indices or a
 bytes, whichever is smaller. Keys absent from a payload are not sent (FFA-LoRA's frozen A, the factor
 FedSRD does not update this round). `payload_bytes` counts exactly what these tensors hold, so the
 communication columns are the sizes of the objects that really travel through Ray's object store.
+`payload_bytes(..., board=True)` counts as the FedSRD leaderboard does (its "Comm. Cost (MB)"): 4
+bytes per value sent, no indices or bitmasks, whatever the dtype.
 """
 
 from __future__ import annotations
@@ -53,13 +55,33 @@ def sparsify(t: Tensor, keep: Tensor) -> Sparse:
     return Sparse(tuple(t.shape), values, None, np.packbits(keep.numpy().astype(np.uint8)))
 
 
+def kept(x: Tensor | Sparse) -> Tensor:
+    """The boolean mask of the positions a payload tensor carries (all of them when dense)."""
+    if not isinstance(x, Sparse):
+        return torch.ones(x.shape, dtype=torch.bool)
+    numel = int(np.prod(x.shape)) if x.shape else 1
+    if x.index is not None:
+        out = torch.zeros(numel, dtype=torch.bool)
+        out[x.index.long()] = True
+    else:
+        out = torch.from_numpy(np.unpackbits(x.mask, count=numel).astype(bool))
+    return out.reshape(x.shape)
+
+
 def dense(x: Tensor | Sparse) -> Tensor:
     return x.dense() if isinstance(x, Sparse) else x
 
 
-def tensor_bytes(x: Tensor | Sparse) -> int:
+FP32 = 4  # bytes a value in the FedSRD leaderboard's convention
+
+
+def tensor_bytes(x: Tensor | Sparse, board: bool = False) -> int:
+    """Exact bytes (values in their dtype + positions), or with `board` the FedSRD leaderboard's
+    convention: fp32 values only, positions not counted."""
+    if board:
+        return (x.values.numel() if isinstance(x, Sparse) else x.numel()) * FP32
     return x.nbytes if isinstance(x, Sparse) else x.numel() * x.element_size()
 
 
-def payload_bytes(payload: Payload) -> int:
-    return sum(tensor_bytes(v) for v in payload.values())
+def payload_bytes(payload: Payload, board: bool = False) -> int:
+    return sum(tensor_bytes(v, board) for v in payload.values())
