@@ -432,10 +432,19 @@ class ClientCore:
         plain = not uses_chat_template(self.tokenizer, self.cfg.model.prompt_format)
         return tuple(self.tokenizer(label_text(word, plain), add_special_tokens=False)["input_ids"])
 
-    def _train_labels(self, cid: int, rows: Sequence[Row], round_idx: int, step: int) -> dict:
-        """One cross-entropy step of client `cid` on its rows' label words (first-order; SeedFlood: one
+    def target_ids(self, row: Row) -> tuple[int, ...]:
+        """What a cross-entropy objective scores after the prompt: the label word (label-words), or the
+        reference answer and the end-of-sequence token, so the model learns to stop (sft)."""
+        if self.cfg.objective == "label-words":
+            return self.label_ids(row.answer)
+        ids = tuple(self.tokenizer(row.answer, add_special_tokens=False)["input_ids"])
+        eos = self.tokenizer.eos_token_id
+        return ids + ((eos,) if eos is not None else ())
+
+    def _train_targets(self, cid: int, rows: Sequence[Row], round_idx: int, step: int) -> dict:
+        """One cross-entropy step of client `cid` on its rows' targets (first-order; SeedFlood: one
         zeroth-order step on the same loss)."""
-        samples = [Sample(self.prompt_ids(row), self.label_ids(row.answer), 1.0, cid) for row in rows]
+        samples = [Sample(self.prompt_ids(row), self.target_ids(row), 1.0, cid) for row in rows]
         t = time.perf_counter()
         with self.timer.phase("train"):
             self._activate(cid)
@@ -445,11 +454,13 @@ class ClientCore:
             else:
                 metrics = self.trainer.ce_step(samples)
             self.clients[cid].adapter = self.trainer.adapter()
+        if self.cfg.objective == "sft":  # sft evaluates by sampling: the engine serves what was trained
+            self._sync_engine(cid)
         nll = metrics.get("nll", metrics["loss"])
         metrics.update(
             client=cid,
             train_s=time.perf_counter() - t,
-            reward_mean=math.exp(-nll),  # the label tokens' geometric-mean probability
+            reward_mean=math.exp(-nll),  # the target tokens' geometric-mean probability
             reward_std=0.0,
             response_tokens=sum(len(s.response_ids) for s in samples),
         )
@@ -479,9 +490,9 @@ class ClientCore:
             index = private_steps_before(self.cfg.federation, self.cfg.seed, cid, round_idx, step)
             idx = private_batch(self.cfg.seed, cid, len(rows), g.b, index)  # shuffled epochs, no replacement
             requests.append((cid, [rows[i] for i in idx]))
-        if self.cfg.objective == "label-words":  # no rollouts: the label words are the targets
+        if self.cfg.objective != "grpo":  # no rollouts: the label words / reference answers are the targets
             return [
-                {"step": step, "public": False, "gen_s": 0.0, **self._train_labels(cid, rows, round_idx, step)}
+                {"step": step, "public": False, "gen_s": 0.0, **self._train_targets(cid, rows, round_idx, step)}
                 for cid, rows in requests
             ]
         t = time.perf_counter()

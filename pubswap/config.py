@@ -491,11 +491,12 @@ class RunConfig(Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     fault_tolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    objective: Literal["grpo", "label-words"] = setting(
+    objective: Literal["grpo", "label-words", "sft"] = setting(
         "grpo",
         "what a local step minimises: grpo (rewarded rollouts, pass@1) | label-words (cross-entropy of the "
         "label word after the prompt, accuracy by the label words' likelihood; sst2, rte, boolq; "
-        "pubswap/algorithms/label_words.py)",
+        "pubswap/algorithms/label_words.py) | sft (cross-entropy of the row's reference answer after the "
+        "prompt; evaluated by sampling, as grpo)",
     )
     eval_every: int = setting(
         1, "evaluate the global adapter every this many rounds (and before round 1)", resume=True, ge=1
@@ -540,10 +541,11 @@ class RunConfig(Section):
                 f"label-words needs a classification source with label words ({', '.join(CLASSIFICATION_SOURCES)}), "
                 f"got data.source={self.data.source}",
             )
+        if self.objective != "grpo":
             need(
                 f.family.swap_rule is None,
                 "objective",
-                f"label-words has no responses to swap: federation.method {f.method} has public steps "
+                f"{self.objective} has no responses to swap: federation.method {f.method} has public steps "
                 "(use fedavg-grpo, fedprox-grpo or a decentralized method)",
             )
         problem = f.family.problem(self)  # the method's own rules (pubswap/methods/)

@@ -6,8 +6,9 @@ import torch
 import torch.nn.functional as F
 from transformers import AutoTokenizer
 
+from pubswap.algorithms.cross_entropy import token_nll
 from pubswap.algorithms.gossip import direction
-from pubswap.algorithms.label_words import accuracy_rewards, label_text, predict, token_nll
+from pubswap.algorithms.label_words import accuracy_rewards, label_text, predict
 from pubswap.config import ConfigError, GRPOConfig, LoraConfig, from_dict
 from pubswap.data.classification import classification_rows
 from pubswap.data.prompt_length import prompt_ids
@@ -143,3 +144,6 @@ def test_the_objective_is_a_config_choice_with_its_rules():
         from_dict({"objective": "label-words", "federation": {"method": "fedavg-grpo"}})
     with pytest.raises(ConfigError, match="^objective: label-words has no responses to swap"):
         from_dict({"objective": "label-words", "data": {"source": "sst2"}})
+    with pytest.raises(ConfigError, match="^objective: sft has no responses to swap"):
+        from_dict({"objective": "sft"})
+    assert from_dict({"objective": "sft", "federation": {"method": "dsgd-lora"}}).objective == "sft"

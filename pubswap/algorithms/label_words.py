@@ -4,7 +4,8 @@ A row is a prompt, its label word (`answer`) and the task's label words (`choice
 positive for SST-2). As in MeZO (Malladi et al. 2023), which the board's methods build on:
 
     loss       = -(1/N) sum over the label words' tokens of log p(token | prompt, previous tokens)
-                 (token mean over the batch's N label tokens; prompt tokens are not scored)
+                 (token mean over the batch's N label tokens; prompt tokens are not scored:
+                 pubswap/algorithms/cross_entropy.py, which the objective sft shares)
     prediction = argmax over the choices c of log p(c | prompt)   (the sum over c's tokens)
     accuracy   = mean over test rows of [prediction == label]
 
@@ -17,23 +18,8 @@ chat template it starts the assistant's turn.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
-from torch import Tensor
-
-
-@dataclass
-class TokenNLL:
-    loss: Tensor  # what is backpropagated: the token sum over n_tokens
-    nll: Tensor  # the same value, logged
-
-
-def token_nll(logp: Tensor, n_tokens: float) -> TokenNLL:
-    """The token-mean negative log-likelihood of one micro-batch's label tokens `logp` [N], its token sum
-    divided by `n_tokens`, the label tokens of the whole (mini-)batch: micro-batch losses add up."""
-    loss = -logp.sum() / n_tokens
-    return TokenNLL(loss, loss.detach())
 
 
 def label_text(word: str, plain: bool) -> str:

@@ -38,8 +38,8 @@ import torch
 from torch import Tensor
 
 from pubswap.algorithms.aggregation.base import AggregationStrategy
+from pubswap.algorithms.cross_entropy import token_nll
 from pubswap.algorithms.grpo import grpo_loss, off_policy, truncated_is_weights
-from pubswap.algorithms.label_words import token_nll
 from pubswap.config import GRPOConfig, LoraConfig
 from pubswap.learner.logprobs import chunked_token_logprobs
 from pubswap.learner.microbatch import plan_micro_batches

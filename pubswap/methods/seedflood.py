@@ -21,9 +21,9 @@ import math
 
 import torch
 
+from pubswap.algorithms.cross_entropy import token_nll
 from pubswap.algorithms.gossip import SeedMessage, apply_messages, direction
 from pubswap.algorithms.grpo import off_policy
-from pubswap.algorithms.label_words import token_nll
 from pubswap.lora import Adapter
 from pubswap.methods.gossip import Gossip
 
@@ -36,14 +36,14 @@ def zo_step(
     policy), MeZO-style. Along the Gaussian direction z(seed) over the trained tensors,
     g = (L(x + eps z) - L(x - eps z)) / (2 eps) with L the step's loss, and x <- x - (lr g) z. Forward
     passes only. L is the objective's: the GRPO loss (old log-probs: the current policy), or with
-    objective label-words the label tokens' mean NLL (pubswap/algorithms/label_words.py).
+    objective label-words or sft the target tokens' mean NLL (pubswap/algorithms/cross_entropy.py).
 
     Returns the fp32 scalar lr * g (the message: with the seed it rebuilds the update anywhere, by
     pubswap.algorithms.gossip.apply_messages, which this step itself uses) and the step's metrics."""
     g = trainer.grpo
     mbs = trainer.micro_batches(samples)
     n_tokens = float(sum(mb.tokens for mb in mbs))
-    if objective == "label-words":
+    if objective != "grpo":  # label-words, sft: the targets' token cross-entropy
         metrics: dict[str, float] = {}
 
         def mb_loss(mb, i: int) -> float:
@@ -75,7 +75,7 @@ def zo_step(
         updates=1,
         skipped_updates=int(not math.isfinite(grad)),
     )
-    if objective == "label-words":
+    if objective != "grpo":
         metrics["nll"] = metrics["loss"]
     return scalar, metrics
 
