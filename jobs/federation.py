@@ -331,7 +331,9 @@ class Federation(ServerRounds, GossipRounds):
             ]
         )
         return score(
-            [r for out in per_actor for r in out["rewards"]], [f for out in per_actor for f in out["in_format"]]
+            [r for out in per_actor for r in out["rewards"]],
+            [f for out in per_actor for f in out["in_format"]],
+            [row.topic for s in shards for row in s],
         )
 
     def shutdown(self) -> None:

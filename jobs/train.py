@@ -51,6 +51,7 @@ from pubswap.run.checkpoint import (
 from pubswap.run.events import NAME as EVENTS
 from pubswap.run.events import EventLog
 from pubswap.run.faults import ENV as FAULT_ENV
+from pubswap.run.learning_signal import no_signal, no_signal_note
 from pubswap.run.lease import Lease, LeaseHeld, LeaseLost
 from pubswap.run.loggers import RunLogger
 from pubswap.run.metrics_log import read_records
@@ -341,6 +342,7 @@ def _train_rounds(
         method = f.family  # pubswap/methods/: what one round does, evaluates and keeps
         states = None  # serverless methods: every client's own round-start state
         pending = None  # (record, adapter, states) of a round committed but not yet evaluated
+        said_no_signal = False  # the console says once per run that a round had no learning signal
         if ckpt is None:
             global_adapter = fed.initial_adapter()
             states = method.initial_states(global_adapter, f.num_clients)
@@ -496,6 +498,10 @@ def _train_rounds(
                 f"checkpoint round_{r:04d}\n  {format_breakdown(t)}",
                 flush=True,
             )
+            if cfg.objective == "grpo" and not said_no_signal and no_signal(record):  # once a run
+                d = cfg.data
+                print(no_signal_note(record, cfg.model.max_response_len, fixed["base_eval"], d.reward_mode), flush=True)
+                said_no_signal = True
     finally:
         fed.shutdown()
         if logger is not None:

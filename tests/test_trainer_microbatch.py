@@ -75,7 +75,9 @@ def full_batch_step(t: GRPOTrainer, samples, start, mini_batches=None):
                 log_ratio_clamp=g.log_ratio_clamp,
                 kl_coef=g.kl_coef,
             )
-            loss = out.loss + t.strategy.client_penalty(t._lora_params_by_adapter_key(), t.anchor)
+            loss = out.loss
+            if t.strategy is not None:
+                loss = loss + t.strategy.client_penalty(t._lora_params_by_adapter_key(), t.anchor)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, g.grad_clip)
@@ -169,6 +171,37 @@ def test_old_and_reference_logprobs_use_eval_mode_so_the_first_ratio_is_one(tiny
     t.model.eval()
     assert any(not torch.allclose(d, o) for d, o in zip(dropped, old))  # dropout is live in train mode
     assert not t.model.training  # the trainer is left in eval mode
+
+
+@pytest.mark.parametrize("mini", [0, 2])
+def test_zero_advantage_rows_are_skipped_and_the_step_is_unchanged(tiny_model_dir, mini):
+    """With no KL and no entropy term, rows of zero advantage add nothing but their tokens to the
+    token-mean's denominator: they are not trained, and the step equals the full-batch one. mini 2 (x K
+    2 = 4 rows a mini-batch): the first mini-batch is all such rows, and AdamW still makes its
+    (zero-gradient) update there."""
+    grpo = GRPOConfig(lr=1e-3, grad_epochs=2, kl_coef=0.0, temperature=TEMP, K=2, mini_batch_size=mini)
+    t = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo)
+    torch.manual_seed(3)
+    start = {k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()}
+    adv = [0.0, 0.0, 0.0, 0.0, 0.9, 0.0, -0.3] if mini else [1.2, 0.0, 0.4, 0.0, 0.0, 0.0, -0.3]
+    samples = [Sample(s.prompt_ids, s.response_ids, a) for s, a in zip(samples_of_unequal_length(), adv)]
+    ranges = [range(0, 4), range(4, 7)] if mini else None
+    # the reference's first mini-batch of 4 zero-gradient updates moves nothing but AdamW's step count:
+    # then its second mini-batch's update differs from a fresh AdamW's (bias correction)
+    want, _, want_grads = full_batch_step(t, samples, start, ranges)
+    t.set_adapter(start)
+    metrics = t.step(samples)
+    got = t.adapter()
+    for n, p in t.trainable().items():  # the last update's gradient, over the trained rows only
+        torch.testing.assert_close(p.grad, want_grads[n], atol=1e-6, rtol=1e-4)
+    assert metrics["inert_frac"] == pytest.approx(adv.count(0.0) / 7)
+    assert metrics["updates"] == 2 * (2 if mini else 1)
+    assert metrics["micro_batches"] == (1 if mini else 1)  # only the trained rows are planned
+    assert any(not torch.equal(start[k], got[k]) for k in got)
+    # AdamW's steps are about lr per entry whatever the gradient's size, so rounding in a near-zero
+    # gradient entry can move its weight by a few percent of lr (1e-5 seen at lr 1e-3)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], atol=0.05 * grpo.lr, rtol=0)
 
 
 def test_entropy_is_logged_and_its_bonus_raises_entropy(tiny_model_dir):

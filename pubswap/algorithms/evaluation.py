@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class Score:
     prompts: int
     n: int  # responses per prompt
     format_rate: float  # share of responses that answer in the asked format (right or wrong)
+    by_topic: dict = field(default_factory=dict)  # pass@1 over each topic's (task's) prompts, when given
 
     def line(self) -> str:
         est = "pass@1" if self.n == 1 else f"pass@1 (mean@{self.n})"
@@ -33,11 +34,17 @@ class Score:
         return asdict(self)
 
 
-def score(rewards: Sequence[Sequence[float]], in_format: Sequence[Sequence[bool]]) -> Score:
-    """`rewards[p]`: the rewards (0/1) of prompt p's responses; `in_format[p]` likewise."""
+def score(
+    rewards: Sequence[Sequence[float]], in_format: Sequence[Sequence[bool]], topics: Sequence[str] | None = None
+) -> Score:
+    """`rewards[p]`: the rewards (0/1) of prompt p's responses; `in_format[p]` likewise; `topics[p]` its
+    topic (task), for the per-topic pass@1."""
     if not rewards:
         return Score(0.0, 0.0, 0, 0, 0.0)
     means = [sum(r) / len(r) for r in rewards]
+    by_topic: dict[str, list[float]] = {}
+    for t, m in zip(topics or (), means, strict=False):
+        by_topic.setdefault(t, []).append(m)
     p = sum(means) / len(means)
     var = sum((m - p) ** 2 for m in means) / len(means)
     flags = [f for fs in in_format for f in fs]
@@ -47,6 +54,7 @@ def score(rewards: Sequence[Sequence[float]], in_format: Sequence[Sequence[bool]
         prompts=len(means),
         n=len(rewards[0]),
         format_rate=sum(flags) / len(flags) if flags else 0.0,
+        by_topic={t: sum(ms) / len(ms) for t, ms in sorted(by_topic.items())},
     )
 
 

@@ -300,6 +300,15 @@ class GRPOTrainer:
         """The step-start ("old") log-probs of the live policy, per micro-batch."""
         return self._frozen_logprobs(mbs, self.grpo.temperature, use_adapter=True)
 
+    @torch.no_grad()
+    def old_logprobs_and_entropy(self, mbs: Sequence[MicroBatch]) -> tuple[list[Tensor], float]:
+        """The old log-probs per micro-batch and the step-start policy's token-mean entropy over them
+        (VERL's actor/entropy, logged whether or not grpo.entropy_coef uses it), in one pass."""
+        self.model.eval()
+        out = [self.logprobs(mb, self.grpo.temperature, "value") for mb in mbs]
+        tokens = sum(mb.tokens for mb in mbs)
+        return [lp for lp, _ in out], (float(sum(e.sum() for _, e in out)) / tokens if tokens else 0.0)
+
     def ref_logprobs(self, mbs: Sequence[MicroBatch]) -> list[Tensor | None]:
         """The KL reference's log-probs per micro-batch (None each when grpo.kl_coef is 0)."""
         if self.grpo.kl_coef > 0:
@@ -349,35 +358,81 @@ class GRPOTrainer:
         for r, mbs in zip(ranges, plans):  # micro-batch rows index the step's samples
             for mb in mbs:
                 mb.index = [r[i] for i in mb.index]
-        old = [self.old_logprobs(mbs) for mbs in plans]
+        old_and_entropy = [self.old_logprobs_and_entropy(mbs) for mbs in plans]
+        old = [lps for lps, _ in old_and_entropy]
+        tokens = [float(sum(mb.tokens for mb in mbs)) for mbs in plans]
+        entropy = sum(e * n for (_, e), n in zip(old_and_entropy, tokens)) / sum(tokens)
         ref = [self.ref_logprobs(mbs) for mbs in plans]
         flat_mbs = [mb for mbs in plans for mb in mbs]
         off = off_policy(samples, owner)
         metrics: dict[str, float] = self.nll(flat_mbs, [lp for lps in old for lp in lps], off)
         # the weights depend only on the old log-probs: computed once, used by every epoch
         tis = [[self._tis_weights(mb, samples, lp, off) for mb, lp in zip(mbs, lps)] for mbs, lps in zip(plans, old)]
-        entropy_mode = "grad" if g.entropy_coef > 0 else "value"
+        totals = tokens  # the token-mean's denominators: every row's tokens, trained or not
+        inert = self.inert_rows(samples)
+        if inert:  # train the other rows only; each mini-batch's denominator still counts every token
+            plans, old, tis = self._without(inert, ranges, plans, old, tis, samples)
+        trained = [float(sum(mb.tokens for mb in mbs)) for mbs in plans]
+        entropy_mode = "grad" if g.entropy_coef > 0 else ""  # computed in training only where it is used
         sums = dict.fromkeys(keys, 0.0)
         updates = skipped = 0
         self.model.train()
         try:
             for _ in range(g.grad_epochs):
-                for mbs, old_mbs, ref_mbs, tis_mbs in zip(plans, old, ref, tis):
-                    n_tokens = float(sum(mb.tokens for mb in mbs))  # the token-mean's denominator: the mini-batch
-                    grpo = partial(self._grpo_micro_loss, old_mbs, ref_mbs, tis_mbs, n_tokens, entropy_mode)
+                for mbs, old_mbs, ref_mbs, tis_mbs, total, own in zip(plans, old, ref, tis, totals, trained):
+                    grpo = partial(self._grpo_micro_loss, old_mbs, ref_mbs, tis_mbs, total, entropy_mode)
                     part, ok = self._update(mbs, grpo, ("loss", "pg_loss", "kl", "clip_frac", "entropy"))
                     updates, skipped = updates + 1, skipped + (not ok)
+                    if 0 < own < total:  # logged as the share of the tokens trained
+                        part["clip_frac"] *= total / own
                     for k, v in part.items():
                         sums[k] += v
         finally:
             self.model.eval()
         metrics.update({k: v / updates for k, v in sums.items()})
-        metrics.update(micro_batches=len(flat_mbs), updates=updates, skipped_updates=skipped)
+        metrics.update(
+            entropy=entropy,
+            micro_batches=sum(len(mbs) for mbs in plans),
+            updates=updates,
+            skipped_updates=skipped,
+            inert_frac=len(inert) / len(samples),
+        )
         return metrics
+
+    def inert_rows(self, samples: Sequence[Sample]) -> set[int]:
+        """Rows that add nothing to the loss or its gradient but their tokens to the token-mean's
+        denominator: a zero advantage (a group whose K rewards are equal) zeroes the policy loss, and
+        with no KL and no entropy term nothing else reaches them. Empty when either coefficient is set."""
+        if self.grpo.kl_coef > 0 or self.grpo.entropy_coef > 0:
+            return set()
+        return {i for i, s in enumerate(samples) if s.advantage == 0.0}
+
+    def _without(self, inert: set[int], ranges, plans, old, tis, samples):
+        """The step's micro-batch plans over the rows not in `inert`, with their old log-probs and IS
+        weights cut from the full plans' (computed on every row: the NLL metrics cover them all)."""
+        new_plans, new_old, new_tis = [], [], []
+        for r, mbs, old_mbs, tis_mbs in zip(ranges, plans, old, tis):
+            old_of = self._by_row(mbs, old_mbs)
+            tis_of = self._by_row(mbs, tis_mbs) if tis_mbs and tis_mbs[0] is not None else None
+            active = [i for i in r if i not in inert]
+            cut = self.micro_batches([samples[i] for i in active]) if active else []
+            for mb in cut:
+                mb.index = [active[i] for i in mb.index]
+            new_plans.append(cut)
+            new_old.append([torch.cat([old_of[i] for i in mb.index]) for mb in cut])
+            new_tis.append([torch.cat([tis_of[i] for i in mb.index]) if tis_of else None for mb in cut])
+        return new_plans, new_old, new_tis
+
+    @staticmethod
+    def _by_row(mbs: Sequence[MicroBatch], per_mb: Sequence[Tensor]) -> dict[int, Tensor]:
+        """Per-token values of a plan's micro-batches, split back into the rows they came from."""
+        return {i: part for mb, t in zip(mbs, per_mb) for i, part in zip(mb.index, torch.split(t, mb.lengths))}
 
     def _grpo_micro_loss(self, old, ref, tis, n_tokens: float, entropy_mode: str, i: int, mb: MicroBatch):
         g = self.grpo
-        logp, entropy = self.logprobs(mb, g.temperature, entropy_mode)
+        logp, entropy = (
+            self.logprobs(mb, g.temperature, entropy_mode) if entropy_mode else (self.logprobs(mb, g.temperature), None)
+        )
         return self.loss(
             logp, old[i], ref[i], mb, n_tokens, entropy=entropy, entropy_coef=g.entropy_coef, is_weights=tis[i]
         )
@@ -397,6 +452,9 @@ class GRPOTrainer:
             out.loss.backward()
             for k in part:
                 part[k] += float(getattr(out, k).detach())
+        if not mbs:  # every row was inert: a zero gradient, and AdamW still steps (its moments decay)
+            for p in self.trainable().values():
+                p.grad = torch.zeros_like(p)
         penalty = 0.0
         if self.strategy is not None:
             p = self.strategy.client_penalty(self._lora_params_by_adapter_key(), self._anchor_dev)

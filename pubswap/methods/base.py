@@ -60,6 +60,7 @@ def eval_record(sc: Score) -> dict:
         "eval_prompts": sc.prompts,
         "eval_n": sc.n,
         "format_rate": sc.format_rate,
+        "pass@1_by_topic": sc.by_topic,
     }
 
 

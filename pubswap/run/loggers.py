@@ -43,6 +43,7 @@ _STEP_KEYS = {  # client step metric -> scalar name
     "gen_s": "timing_s/gen",
     "train_s": "timing_s/train",
     "off_policy": "fed/off_policy",
+    "inert_frac": "actor/inert_row_frac",
 }
 
 
