@@ -60,6 +60,8 @@ SOURCE_REWARDS = {
     "sst2": "exact",
     "rte": "exact",
     "boolq": "exact",
+    "humaneval": "code",
+    "mbpp": "code",
 }
 
 
@@ -327,10 +329,10 @@ class DataConfig(Section):
     public_size: int = setting(1250, "the shared public pool (PubSwap's public batches are drawn from it)", ge=0)
     test_size: int = setting(1250, "held-out test prompts for pass@1", ge=1)
     dirichlet_alpha: Float = setting(0.3, "topics per client ~ Dirichlet(alpha): smaller is more heterogeneous", gt=0)
-    reward: Literal["auto", "math", "exact", "choice", "reasoning_gym"] = setting(
+    reward: Literal["auto", "math", "exact", "choice", "reasoning_gym", "code"] = setting(
         "auto",
         "the verifier: auto is the source's own (reasoning_gym: each task's score_answer; math, deepmath: "
-        "math-verify; medical: choice)",
+        "math-verify; medical: choice; humaneval, mbpp: code, run in pubswap/sandbox.py)",
     )
     reward_mode: Literal["strict", "lenient"] = setting(
         "strict", "strict: only the answer in the asked format (\\boxed{}) counts; lenient"

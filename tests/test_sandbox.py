@@ -1,4 +1,4 @@
-"""Generated code runs in pubswap/run/sandbox.py: a separate process with limits, in its own temporary
+"""Generated code runs in pubswap/sandbox.py: a separate process with limits, in its own temporary
 directory. Code that loops, forks, fills memory, reaches the network, or reads or deletes files
 outside its directory is stopped and scored as a failure; nothing of it is left behind."""
 
@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from pubswap.run.sandbox import network_namespace, run_program
+from pubswap.sandbox import network_namespace, run_program
 
 
 def test_a_correct_program_passes_and_a_failing_one_fails():

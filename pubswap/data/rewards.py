@@ -164,6 +164,10 @@ def in_format(response: str, reward: str) -> bool:
         return False
     if reward == "choice":  # every other verifier reads the last \boxed{}
         return boxed_choice(response) is not None
+    if reward == "code":  # a fenced code block
+        from pubswap.data.code_tasks import extract_code
+
+        return extract_code(response) is not None
     return last_boxed(response[-MAX_CHARS:]) is not None
 
 
@@ -183,6 +187,10 @@ def make_row_reward(data, seed: int) -> Callable[..., float]:
 
         verifier = ReasoningGymReward(data.tasks, seed, lenient=lenient)
         return lambda response, row: verifier(response, row.answer, row.ref)
+    if data.verifier == "code":  # the row's tests run with its code in the sandbox
+        from pubswap.data.code_tasks import code_reward
+
+        return lambda response, row: code_reward(response, row.answer, row.ref)
     fn = make_reward(data.verifier, data.reward_mode)
     return lambda response, row: fn(response, row.answer)
 

@@ -6,14 +6,26 @@ deepmath       DeepMath-103K; data.paths = [file or folder] or []; data.subsampl
 medical        MedQA + MedMCQA; data.paths = [medqa, medmcqa] or [] for the hub
 sst2, rte, boolq   the decentralized leaderboard's classification tasks (label = answer, exact reward);
                data.paths = [file or folder] or [] for the hub
+humaneval, mbpp    code generation scored by running the code (`code` reward, pubswap/data/code_tasks.py);
+               data.paths = [file or folder] or [] for the hub
 """
 
 from __future__ import annotations
 
 from pubswap.data.rows import Row, RowReport
 
-SOURCES = ("reasoning_gym", "math", "deepmath", "medical", "sst2", "rte", "boolq")
-PATHS_PER_SOURCE = {"reasoning_gym": 0, "math": 1, "deepmath": 1, "medical": 2, "sst2": 1, "rte": 1, "boolq": 1}
+SOURCES = ("reasoning_gym", "math", "deepmath", "medical", "sst2", "rte", "boolq", "humaneval", "mbpp")
+PATHS_PER_SOURCE = {
+    "reasoning_gym": 0,
+    "math": 1,
+    "deepmath": 1,
+    "medical": 2,
+    "sst2": 1,
+    "rte": 1,
+    "boolq": 1,
+    "humaneval": 1,
+    "mbpp": 1,
+}
 
 
 def load_source(data, rows_needed: int, seed: int) -> tuple[list[Row], RowReport]:
@@ -40,4 +52,8 @@ def load_source(data, rows_needed: int, seed: int) -> tuple[list[Row], RowReport
         from pubswap.data.classification import load_classification
 
         return load_classification(data.source, paths[0] if paths else "")
+    if data.source in ("humaneval", "mbpp"):
+        from pubswap.data.code_tasks import load_code
+
+        return load_code(data.source, paths[0] if paths else "")
     raise ValueError(f"unknown data.source {data.source!r}; known: {SOURCES}")
