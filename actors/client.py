@@ -36,7 +36,7 @@ from actors.rollout import adapter_root, make_engine, private_adapter_dir
 from pubswap.algorithms.aggregation import Context, make_strategy
 from pubswap.algorithms.grpo import group_advantages, zero_advantage_fraction
 from pubswap.algorithms.label_words import accuracy_rewards, label_text
-from pubswap.algorithms.swap import Response
+from pubswap.algorithms.swap import CORRECT_THRESHOLD, Response
 from pubswap.config import RunConfig, from_dict
 from pubswap.data.order import private_batch, private_steps_before
 from pubswap.data.prompt_length import prompt_ids, uses_chat_template
@@ -48,8 +48,6 @@ from pubswap.run.faults import maybe_crash
 from pubswap.run.step_checkpoint import load_optimizer_state, optimizer_state
 from pubswap.run.timing import PhaseTimer
 from pubswap.seeding import derive_seed
-
-CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
 
 
 def make_deterministic() -> None:

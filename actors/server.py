@@ -1,7 +1,10 @@
 """ServerActor: the public and test sets, public batches, the response pool and swap.
 
-The server never receives private prompts: it is sent only its own public prompts' responses. Swapped
-groups are put into the object store, one object per client, so each client fetches only its own group.
+The server is sent its own public prompts' responses (not the clients' private prompts, though the
+responses, their rewards and their skew tell it something of each client's topics). It scores every
+public response again with the run's verifier against the public answers it holds, and swaps and
+hands out rewards by its own scores only. Swapped groups are put into the object store, one object
+per client, so each client fetches only its own group.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from collections.abc import Sequence
 import ray
 
 from pubswap.algorithms.aggregation import Context, make_strategy, payload_bytes
-from pubswap.algorithms.swap import swap
+from pubswap.algorithms.swap import rescored, swap
 from pubswap.config import from_dict
+from pubswap.data.rewards import make_row_reward
 from pubswap.data.rows import Row
 from pubswap.seeding import rng
 
@@ -26,6 +30,13 @@ class ServerActor:
         self.public = list(public)
         self.test = list(test)
         self.seen_prompts: set[str] = set()
+        self._reward_fn = None
+
+    def reward_fn(self):
+        """The run's verifier (the clients' own), made on first use."""
+        if self._reward_fn is None:
+            self._reward_fn = make_row_reward(self.cfg.data, self.cfg.seed)
+        return self._reward_fn
 
     def aggregate(self, round_idx: int, start: dict, weights: dict[int, float], *uploads: dict) -> tuple:
         """A non-linear strategy's server step (pubswap/algorithms/aggregation/base.py): `uploads[a]` is the a-th
@@ -62,7 +73,10 @@ class ServerActor:
         `by_actor[a]` lists the participants hosted by the a-th actor that answered; `answers[a]` is its
         reply, {"responses": {client id: groups}}. One object per actor goes into the object store.
         """
-        responses = {cid: groups for a in answers for cid, groups in a["responses"].items()}
+        # the server's own verdicts, from the public answers it holds: what a client reports about its
+        # responses (reward, correct) is never used, so no client can label wrong answers correct
+        reward_fn = self.reward_fn()
+        responses = {cid: rescored(groups, batch, reward_fn) for a in answers for cid, groups in a["responses"].items()}
         cids = sorted(responses)
         if cids != sorted(c for ids in by_actor for c in ids):
             raise ValueError(f"answers from clients {cids} do not match the participants {by_actor}")

@@ -22,7 +22,7 @@ rng(seed, "random", round, step, p). Same inputs and keys -> same groups, in any
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pubswap.seeding import rng
 
@@ -38,6 +38,21 @@ class Response:
     origin: int  # client id that generated this response
     token_ids: tuple[int, ...] = ()
     logprobs: tuple[float, ...] = ()  # its generator's sampling log-probs (only with grpo.tis_cap > 0)
+
+
+CORRECT_THRESHOLD = 0.5  # rewards are 0/1; a response is "correct" above this
+
+
+def rescored(groups: Sequence[Sequence[Response]], rows: Sequence, reward_fn) -> list[list[Response]]:
+    """One client's public groups (group i answers rows[i]) with the reward and correctness the
+    verifier `reward_fn(text, row)` gives them, whatever the client reported."""
+    if len(groups) != len(rows):
+        raise ValueError(f"{len(groups)} groups for {len(rows)} public prompts")
+    out = []
+    for g, row in zip(groups, rows):
+        scored = [(r, float(reward_fn(r.text, row))) for r in g]
+        out.append([replace(r, reward=x, correct=x > CORRECT_THRESHOLD) for r, x in scored])
+    return out
 
 
 @dataclass(frozen=True)
