@@ -84,7 +84,7 @@ def test_report_puts_runs_next_to_the_paper(tmp_path, capsys):
     assert report.main([str(run), str(other)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert (
-        "  4/4    14.9   53.0     ±1.6 (1000x1)   54.5      -               -         - "
+        "  4/4    14.9   53.0     ±1.6 (1000x1)   54.5      -               -        -         - "
         "| T1: 14.9 53.3/53.3; T5: 14.9 53.3/-" in lines[1]
     )
     assert lines[2].startswith("smoke") and lines[2].endswith("| -")
