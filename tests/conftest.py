@@ -6,6 +6,22 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test leaves os.environ as it found it. vLLM (and `import vllm`) rewrites the calling
+    process's environment: LD_PRELOAD of torch's libgomp, LD_LIBRARY_PATH, VLLM_CPU_KVCACHE_SPACE,
+    TORCHINDUCTOR_* and more. The drivers and Ray heads later tests start copy os.environ, and a
+    driver started with that environment trains to different bits than the reference it is compared
+    with, so one in-process engine made every later bitwise drill fail."""
+    import os
+
+    before = dict(os.environ)
+    yield
+    if dict(os.environ) != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     from tiny_model import build_tiny_model
