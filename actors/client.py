@@ -1,6 +1,7 @@
 """ClientActor: one rollout engine (vLLM) + one PEFT GRPO trainer, shared by the logical clients it hosts.
 
-A logical client is a federated client: its private rows (which never leave it), its LoRA adapter and
+A logical client is a federated client: its private rows (which no other client is sent; the driver
+loaded them, and clients hosted on one actor share its process: docs/privacy.md), its LoRA adapter and
 its optimizer moments. With one client per actor this is "one client, one GPU-pinned actor"; with many,
 16-128 clients fit on a few GPUs or one CPU box. Per local step the actor
 
