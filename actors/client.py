@@ -20,12 +20,14 @@ from __future__ import annotations
 import functools
 import math
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import ray
 import torch
 
@@ -34,6 +36,7 @@ from actors.collective import tensor_device
 from actors.engine_watchdog import EngineWatchdog, engine_processes
 from actors.gossip_peer import GossipPeer
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
+from pubswap import privacy, secagg
 from pubswap.algorithms.aggregation import Context, make_strategy
 from pubswap.algorithms.grpo import group_advantages, zero_advantage_fraction
 from pubswap.algorithms.label_words import accuracy_rewards, label_text
@@ -638,6 +641,7 @@ class ClientActor(ClientCore):
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         super().__init__(*args, **kwargs)
         self._group: str | None = None
+        self._secagg_keys: secagg.KeyPair | None = None  # this aggregation's, used once
         # a dead engine would leave generate() hanging: end the actor instead (actors/engine_watchdog.py)
         self._watchdog = EngineWatchdog(engine_processes())
 
@@ -669,22 +673,78 @@ class ClientActor(ClientCore):
             )
 
     @timed_call
-    def allreduce_average(self, weights: Mapping[int, float], round_idx: int = 0) -> dict:
+    def allreduce_average(
+        self,
+        weights: Mapping[int, float],
+        round_idx: int = 0,
+        dp: Mapping | None = None,
+        publics: Sequence[bytes] | None = None,
+    ) -> dict:
         """The weighted mean of the participants' adapters, via one allreduce among the client actors.
 
         `weights` holds this actor's participants (possibly none) and their weights; the weights of all
         participants on all actors sum to 1. Every hosted client then holds the mean.
+        `dp` ({"clip_norm", "noise_std", "seed"}: DP-FedAvg, pubswap/privacy.py): each participant's update
+        is clipped here, rank 0 adds the noise of the mean (seed None: from the OS's entropy), and the
+        allreduce sums updates, not adapters. `publics` (every actor's public key for this aggregation, by
+        rank): secure aggregation, each actor's vector masked (pubswap/secagg.py).
         """
         import ray.util.collective as col
 
         for cid in weights:
             maybe_crash("client", round_idx, 0, "average", cid)
+        clipped = 0
         with self.timer.phase("avg"):
-            flat, spec = self.weighted_sum(weights)
-            flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
-            col.allreduce(flat, group_name=self._group)
-            averaged = {**self.trainer.anchor, **unflatten(flat.cpu(), spec)}  # unsent tensors: unchanged
+            if dp is None:
+                flat, spec = self.weighted_sum(weights)
+            else:
+                flat, spec, clipped = self.clipped_update_sum(weights, dp["clip_norm"])
+                if col.get_rank(self._group) == 0 and dp["noise_std"] > 0:
+                    seed = secrets.randbits(63) if dp["seed"] is None else dp["seed"]
+                    flat += privacy.gaussian(flat.numel(), dp["noise_std"], seed)
+            if publics is None:
+                flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
+                col.allreduce(flat, group_name=self._group)
+                flat = flat.cpu()
+            else:
+                flat = self._masked_allreduce(flat, round_idx, publics)
+            if dp is not None:  # the mean update, onto the round's global
+                flat = flatten(self._sent(self.trainer.anchor))[0] + flat
+            averaged = {**self.trainer.anchor, **unflatten(flat, spec)}  # unsent tensors: unchanged
         return {
             "clients": self.finish_average(averaged, weights),
             "averaged": averaged if col.get_rank(self._group) == 0 else None,
+            "clipped": clipped,
         }
+
+    def secagg_key(self, round_idx: int) -> bytes:
+        """A fresh key pair for this round's secure aggregation (pubswap/secagg.py); its public key."""
+        self._secagg_keys = secagg.KeyPair()
+        return self._secagg_keys.public
+
+    def _masked_allreduce(self, flat: torch.Tensor, round_idx: int, publics: Sequence[bytes]) -> torch.Tensor:
+        """The allreduce's sum of `flat` over the actors, each actor's vector masked (fixed point, int64)."""
+        import ray.util.collective as col
+
+        keys, self._secagg_keys = self._secagg_keys, None  # a key pair is used once
+        if keys is None:
+            raise RuntimeError("secure aggregation: this actor has no key pair for the round (restarted since?)")
+        rank = col.get_rank(self._group)
+        context = f"{self._group}/{round_idx}".encode()
+        up = torch.from_numpy(secagg.masked(flat, rank, list(publics), keys, context).view(np.int64))
+        up = up.to(self._flat_device)
+        col.allreduce(up, group_name=self._group)
+        return secagg.decode(up.cpu().numpy())
+
+    def clipped_update_sum(self, weights: Mapping[int, float], clip_norm: float) -> tuple[torch.Tensor, object, int]:
+        """sum over hosted clients c in `weights` of weights[c] * (c's update clipped to `clip_norm`): an
+        update is what c sends minus the round's global. Also how many updates were clipped."""
+        anchor, spec = flatten(self._sent(self.trainer.anchor))
+        total, clipped = torch.zeros_like(anchor), 0
+        for cid, w in sorted(weights.items()):
+            client = self.clients[cid]
+            client.pre_average = client.adapter
+            update, was = privacy.clip(flatten(self._sent(client.adapter))[0] - anchor, clip_norm)
+            total += w * update
+            clipped += was
+        return total, spec, clipped

@@ -7,10 +7,12 @@ pubswap/methods/federated.py drives it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import ray
 
+from pubswap import privacy
 from pubswap.algorithms.aggregation.payload import payload_bytes
 from pubswap.lora import Adapter, num_bytes
 
@@ -52,15 +54,21 @@ class ServerRounds:
         w = self.weights(cids)
         order = sorted(cids)
         if self.strategy.linear:
+            dp = self.dp_params(round_idx, len(order))
+            secure = self.cfg.privacy.secure_aggregation
+            # secure aggregation: each actor's fresh public key, by rank, relayed to all
+            publics = self._call([a.secagg_key.remote(round_idx) for a in self.actors]) if secure else None
             results = self._call(
                 [
-                    a.allreduce_average.remote({c: w[c] for c in ids}, round_idx)
+                    a.allreduce_average.remote({c: w[c] for c in ids}, round_idx, dp, publics)
                     for a, ids in zip(self.actors, self._by_actor(cids))
                 ]
             )
             averaged = next(r["averaged"] for r in results if r["averaged"] is not None)
             sent = {k: v for k, v in start.items() if self.strategy.trains(k)}
             exact, board = num_bytes(sent), payload_bytes(sent, board=True)
+            if secure:  # int64 fixed point on the wire
+                exact = 8 * sum(v.numel() for v in sent.values())
             comm = {
                 "upload": [exact] * len(order),
                 "download": [exact] * len(order),
@@ -89,4 +97,31 @@ class ServerRounds:
                 "download_board": [info["download_board"][c] for c in order],
             }
         drift = sorted((c for r in results for c in r["clients"]), key=lambda c: c["client"])
+        if self.cfg.privacy.on:
+            comm["privacy"] = self.dp_record(round_idx, len(order), sum(r["clipped"] for r in results))
         return averaged, drift, comm
+
+    def dp_params(self, round_idx: int, participants: int) -> dict | None:
+        """What the actors need for a DP-FedAvg aggregation (pubswap/privacy.py), or None when it is off."""
+        p = self.cfg.privacy
+        if not p.on:
+            return None
+        return {
+            "clip_norm": p.clip_norm,
+            "noise_std": p.noise_multiplier * p.clip_norm / participants,  # on the mean of m updates
+            "seed": None if p.noise == "secure" else privacy.noise_seed(self.cfg.seed, round_idx, secure=False),
+        }
+
+    def dp_record(self, round_idx: int, participants: int, clipped: int) -> dict:
+        """The round's privacy record: epsilon after rounds 1..round_idx at the configured delta."""
+        p, n = self.cfg.privacy, self.cfg.federation.num_clients
+        eps = privacy.epsilon(round_idx, participants / n, p.noise_multiplier, p.delta)
+        return {
+            "epsilon": eps if math.isfinite(eps) else None,  # None: no noise, no guarantee
+            "delta": p.delta,
+            "sample_rate": participants / n,
+            "noise_multiplier": p.noise_multiplier,
+            "clip_norm": p.clip_norm,
+            "clipped": clipped,
+            "participants": participants,
+        }

@@ -412,6 +412,12 @@ def _train_rounds(
             inround = InRoundCheckpoints(ckpt_dir, cfg.checkpoint.every_steps, persist, run)
         elif cfg.checkpoint.every_steps:
             print(f"checkpoint.every_steps: {f.method} checkpoints after every round only", flush=True)
+        if cfg.privacy.on and f.swap_rule is not None:
+            print(
+                "privacy: DP-FedAvg bounds what the adapter updates reveal, not the public responses "
+                f"{f.method} shares with the server and other clients (no public step: fedavg-grpo; docs/privacy.md)",
+                flush=True,
+            )
         ctx = RoundContext(t0, events, inround, progress)
         for r in range(start, f.rounds + 1):
             t_round = time.perf_counter()
@@ -493,6 +499,7 @@ def _train_rounds(
             persist("tensorboard", "progress.png")
             t = record["time"]
             pass_txt = f" pass@1 {record['pass@1']:.3f} ± {record['pass@1_se']:.3f}" if "pass@1" in record else ""
+            pass_txt += privacy_text(record.get("privacy"))
             print(
                 f"round {r}/{f.rounds} done in {t['round_s']:.0f}s, drift {mean(record['drift_sq']):.2e}{pass_txt}; "
                 f"checkpoint round_{r:04d}\n  {format_breakdown(t)}",
@@ -627,6 +634,14 @@ def stop_on_sigterm() -> None:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+
+
+def privacy_text(p: dict | None) -> str:
+    """The round line's DP-FedAvg part: the privacy loss so far and how many updates were clipped."""
+    if p is None:
+        return ""
+    eps = "inf (no noise)" if p["epsilon"] is None else f"{p['epsilon']:.2f}"
+    return f", DP epsilon {eps} at delta {p['delta']:g} ({p['clipped']}/{p['participants']} updates clipped)"
 
 
 def main(argv: list[str] | None = None) -> int:

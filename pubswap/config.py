@@ -477,6 +477,40 @@ class CheckpointConfig(Section):
     )
 
 
+class PrivacyConfig(Section):
+    """Client-level differential privacy for the adapter updates (DP-FedAvg; pubswap/privacy.py)."""
+
+    clip_norm: Float = setting(
+        0.0,
+        "DP-FedAvg: each participant's update (the tensors it sends minus the round's global) is clipped to "
+        "this L2 norm on its client; 0: off. Needs a linear aggregation and uniform weighting",
+        ge=0,
+    )
+    noise_multiplier: Float = setting(
+        0.0,
+        "DP-FedAvg: Gaussian noise of std noise_multiplier * clip_norm is added to the sum of the clipped "
+        "updates; epsilon is reported per round (Opacus's RDP accountant). 0: clipping only, no guarantee",
+        ge=0,
+    )
+    delta: Float = setting(1e-5, "the delta at which epsilon is reported", gt=0, lt=1)
+    noise: Literal["seeded", "secure"] = setting(
+        "seeded",
+        "seeded: from (seed, round), reproducible and resumed bitwise, but removable by anyone who knows the "
+        "seed (research); secure: from the OS's entropy, drawn by the allreduce's rank 0 (a redone round "
+        "draws new noise)",
+    )
+
+    secure_aggregation: bool = setting(
+        False,
+        "pairwise-masked allreduce (Bonawitz et al. 2017; pubswap/secagg.py): each actor's upload looks "
+        "uniformly random to the others, only the sum is learned. Needs a linear aggregation",
+    )
+
+    @property
+    def on(self) -> bool:
+        return self.clip_norm > 0
+
+
 class RunConfig(Section):
     seed: int = setting(0, "every random choice derives from (seed, purpose, round, step, client)")
     run_dir: str = setting(
@@ -493,6 +527,7 @@ class RunConfig(Section):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     fault_tolerance: FaultToleranceConfig = Field(default_factory=FaultToleranceConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     objective: Literal["grpo", "label-words", "sft"] = setting(
         "grpo",
         "what a local step minimises: grpo (rewarded rollouts, pass@1) | label-words (cross-entropy of the "
@@ -519,6 +554,36 @@ class RunConfig(Section):
     def evaluation_due(self, r: int) -> bool:
         """Round r is evaluated: every eval_every rounds, and always the last one."""
         return r % self.eval_every == 0 or r == self.federation.rounds
+
+    def _check_privacy(self) -> None:
+        p, f = self.privacy, self.federation
+        need(
+            p.on or p.noise_multiplier == 0,
+            "privacy.noise_multiplier",
+            "needs privacy.clip_norm > 0 (the noise is scaled to it)",
+        )
+        from pubswap.algorithms.aggregation import STRATEGIES
+
+        for key, what, used in (
+            ("privacy.clip_norm", "DP-FedAvg", p.on),
+            ("privacy.secure_aggregation", "secure aggregation", p.secure_aggregation),
+        ):
+            if not used:
+                continue
+            need(not f.decentralized, key, f"{what} needs a server-coordinated method, got {f.method}")
+            need(
+                STRATEGIES[f.aggregation].linear,
+                key,
+                f"{what} needs a linear aggregation (fedit, fedprox, ffa-lora), "
+                f"got federation.aggregation={f.aggregation}",
+            )
+        if not p.on:
+            return
+        need(
+            f.weighting == "uniform",
+            "privacy.clip_norm",
+            "DP-FedAvg needs federation.weighting=uniform (weights by data size would leak it and break the bound)",
+        )
 
     @model_validator(mode="after")
     def _rules_across_sections(self) -> RunConfig:
@@ -550,6 +615,7 @@ class RunConfig(Section):
                 f"{self.objective} has no responses to swap: federation.method {f.method} has public steps "
                 "(use fedavg-grpo, fedprox-grpo or a decentralized method)",
             )
+        self._check_privacy()
         problem = f.family.problem(self)  # the method's own rules (pubswap/methods/)
         if problem is not None:
             raise fail(*problem)

@@ -77,4 +77,6 @@ class Federated(Method):
         global_adapter, avg, comm = fed.average(r, parts, start)
         fed.verify_incarnations()
         record = round_record(r, parts, steps, avg, len(fed.actors), num_bytes(start), comm)
+        if "privacy" in comm:
+            record["privacy"] = comm["privacy"]
         return record, global_adapter, None
