@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -695,12 +694,15 @@ class ClientActor(ClientCore):
             maybe_crash("client", round_idx, 0, "average", cid)
         clipped = 0
         with self.timer.phase("avg"):
+            start = None  # DP: the round's global, flat; the allreduce sums updates from it
             if dp is None:
                 flat, spec = self.weighted_sum(weights)
             else:
-                flat, spec, clipped = self.clipped_update_sum(weights, dp["clip_norm"])
+                start, spec = flatten(self._sent(self.trainer.anchor))
+                flat, clipped = self.clipped_update_sum(weights, start, dp["clip_norm"])
                 if col.get_rank(self._group) == 0 and dp["noise_std"] > 0:
-                    seed = secrets.randbits(63) if dp["seed"] is None else dp["seed"]
+                    secure = dp["seed"] is None
+                    seed = privacy.noise_seed(self.cfg.seed, round_idx, secure) if secure else dp["seed"]
                     flat += privacy.gaussian(flat.numel(), dp["noise_std"], seed)
             if publics is None:
                 flat = flat.to(self._flat_device)  # NCCL: the actor's GPU; gloo: the CPU
@@ -708,8 +710,8 @@ class ClientActor(ClientCore):
                 flat = flat.cpu()
             else:
                 flat = self._masked_allreduce(flat, round_idx, publics)
-            if dp is not None:  # the mean update, onto the round's global
-                flat = flatten(self._sent(self.trainer.anchor))[0] + flat
+            if start is not None:  # the mean update, onto the round's global
+                flat = start + flat
             averaged = {**self.trainer.anchor, **unflatten(flat, spec)}  # unsent tensors: unchanged
         return {
             "clients": self.finish_average(averaged, weights),
@@ -736,15 +738,16 @@ class ClientActor(ClientCore):
         col.allreduce(up, group_name=self._group)
         return secagg.decode(up.cpu().numpy())
 
-    def clipped_update_sum(self, weights: Mapping[int, float], clip_norm: float) -> tuple[torch.Tensor, object, int]:
+    def clipped_update_sum(
+        self, weights: Mapping[int, float], start: torch.Tensor, clip_norm: float
+    ) -> tuple[torch.Tensor, int]:
         """sum over hosted clients c in `weights` of weights[c] * (c's update clipped to `clip_norm`): an
-        update is what c sends minus the round's global. Also how many updates were clipped."""
-        anchor, spec = flatten(self._sent(self.trainer.anchor))
-        total, clipped = torch.zeros_like(anchor), 0
+        update is what c sends minus `start` (the round's global, flat). Also how many were clipped."""
+        total, clipped = torch.zeros_like(start), 0
         for cid, w in sorted(weights.items()):
             client = self.clients[cid]
             client.pre_average = client.adapter
-            update, was = privacy.clip(flatten(self._sent(client.adapter))[0] - anchor, clip_norm)
+            update, was = privacy.clip(flatten(self._sent(client.adapter))[0] - start, clip_norm)
             total += w * update
             clipped += was
-        return total, spec, clipped
+        return total, clipped
