@@ -41,10 +41,12 @@ from pubswap.algorithms.grpo import group_advantages, zero_advantage_fraction
 from pubswap.algorithms.label_words import accuracy_rewards, label_text
 from pubswap.algorithms.swap import CORRECT_THRESHOLD, Response
 from pubswap.config import RunConfig, from_dict
+from pubswap.data.client_rows import load_client_rows
 from pubswap.data.order import private_batch, private_steps_before
 from pubswap.data.prompt_length import prompt_ids, uses_chat_template
 from pubswap.data.rewards import in_format, make_row_reward
-from pubswap.data.rows import Row
+from pubswap.data.rows import DataError, Row
+from pubswap.data.split import rows_sha256
 from pubswap.learner.trainer import DTYPES, GRPOTrainer, Sample
 from pubswap.lora import Adapter, flatten, save_adapter, squared_distance, truncate_rank, unflatten
 from pubswap.run.faults import maybe_crash
@@ -107,13 +109,14 @@ class LogicalClient:
 class ClientCore:
     """The actor's logic without Ray, so it reads (and can be driven) as plain Python.
 
-    `shards` maps each hosted client id to its private rows.
+    `shards` maps each hosted client id to its private rows, or (data.client_paths) to the file this actor
+    reads them from.
     """
 
     def __init__(
         self,
         cfg: dict,
-        shards: Mapping[int, Sequence[Row]],
+        shards: Mapping[int, Sequence[Row] | str],
         model_dir: str,
         engine_gpu_fraction: float | None = None,
         slot: int = 0,
@@ -168,9 +171,10 @@ class ClientCore:
         initial = self.trainer.adapter()
         self.global_adapter = initial  # what the server holds; a client of lower rank holds a truncation
         self.clients = {}
+        self._data_error: str | None = None
         for cid, rows in sorted(shards.items()):
             client = LogicalClient(
-                cid, list(rows), initial, self.trainer.new_optimizer(), rank=c.lora.reduced_rank(cid)
+                cid, self._own_rows(cid, rows), initial, self.trainer.new_optimizer(), rank=c.lora.reduced_rank(cid)
             )
             client.adapter = self._held_by(client, initial)
             self.clients[cid] = client
@@ -179,6 +183,35 @@ class ClientCore:
         for cid in self.clients:
             self._sync_engine(cid)
         self.peer = GossipPeer(self)  # the serverless methods' side of this actor (actors/gossip_peer.py)
+
+    def _own_rows(self, cid: int, rows: Sequence[Row] | str) -> list[Row]:
+        """The rows the driver sent, or (data.client_paths) the rows read here from this client's file;
+        a file that cannot be used leaves the client empty and is reported by `client_data`."""
+        if not isinstance(rows, str):
+            return list(rows)
+        c = self.cfg
+        fmt = c.model.prompt_format
+        try:
+            own, _ = load_client_rows(
+                c.data,
+                rows,
+                cid,
+                c.seed,
+                lambda r: len(prompt_ids(self.tokenizer, r.prompt, r.context, fmt)),
+                c.model.max_prompt_len,
+            )
+        except DataError as e:
+            self._data_error = self._data_error or str(e)
+            return []
+        return own
+
+    def client_data(self) -> dict:
+        """{"error": the first client file this actor could not use (or None), "clients": {client:
+        (rows, sha256 of its rows)}}: all the driver learns of rows it did not send."""
+        return {
+            "error": self._data_error,
+            "clients": {cid: (len(cl.rows), rows_sha256(cl.rows)) for cid, cl in self.clients.items()},
+        }
 
     def _default_max_num_seqs(self, hosted: int) -> int:
         """Every sequence of one engine call at once: a step's rollouts of all hosted clients, or this

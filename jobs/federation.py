@@ -34,6 +34,7 @@ from pubswap.algorithms.evaluation import Score, score
 from pubswap.algorithms.participation import participants
 from pubswap.algorithms.topology import make_topology
 from pubswap.config import RunConfig
+from pubswap.data.rows import DataError
 from pubswap.data.split import FederatedSplit
 from pubswap.learner.gpu_budget import GpuBudgetError, model_shape
 from pubswap.learner.gpu_budget import plan as plan_budget
@@ -106,7 +107,10 @@ class Federation(ServerRounds, GossipRounds):
             raise
         cfg_dict = cfg.to_dict()
         self.server = ServerActor.options(num_cpus=0).remote(cfg_dict, split.public, split.test)
-        shards = [ray.put({c: split.clients[c] for c in cids}) for cids in self.assignment]
+        # data.client_paths: each actor reads its clients' rows itself; the driver sends only the paths
+        own = split.client_paths
+        shards = [ray.put({c: own[c] if own else split.clients[c] for c in cids}) for cids in self.assignment]
+        self.client_data: list[tuple[int, str]] | None = None  # client files: (rows, sha256) per client
 
         def new_actor(a: int):
             # actors sharing a card take turns loading onto it, here and whenever they restart
@@ -120,9 +124,13 @@ class Federation(ServerRounds, GossipRounds):
         self.pids: list[int] = []
         self.seen_pids: set[int] = set()  # every client actor process seen: none of them may pass as restarted
         self.calls_s = 0.0  # wall time of the driver's blocking calls (time accounting)
-        self._connect()
+        try:
+            self._connect()
+        except BaseException:  # a client file it cannot use, a collective that does not form: end what started
+            self.shutdown()
+            raise
         self.strategy = make_strategy(f)
-        self.sizes = [len(c) for c in split.clients]
+        self.sizes = [n for n, _ in self.client_data] if own else [len(c) for c in split.clients]
         self.topo = make_topology(f.topology, f.num_clients, f.edges) if f.decentralized else None
 
     def _gpu_budget(self, model_dir: str, gpus: float) -> float:
@@ -212,6 +220,8 @@ class Federation(ServerRounds, GossipRounds):
                         f"the server actor did not come up within {timeout:.0f}s (fault_tolerance.restart_timeout_s)"
                     ) from None
                 time.sleep(0.2)
+        if self.cfg.data.client_paths:
+            self._check_client_data()
         self.group = f"clients-{uuid.uuid4().hex[:8]}"
         n = len(self.actors)
         try:
@@ -225,6 +235,24 @@ class Federation(ServerRounds, GossipRounds):
                 f"the {self.backend} collective group of {n} client actors does not work: "
                 f"{str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
             ) from e
+
+    def _check_client_data(self) -> None:
+        """data.client_paths: DataError (exit 2) if an actor could not use a client's file, or if a client's
+        rows differ from those read when the run started (a restarted actor reads its file again)."""
+        got: dict[int, tuple[int, str]] = {}
+        for report in gather([a.client_data.remote() for a in self.actors]):
+            if report["error"]:
+                raise DataError(report["error"])
+            got.update(report["clients"])
+        data = [tuple(got[c]) for c in range(self.cfg.federation.num_clients)]
+        if self.client_data is not None and data != self.client_data:
+            changed = [c for c, (old, new) in enumerate(zip(self.client_data, data)) if old != new]
+            raise DataError(
+                f"data.client_paths: the rows of client(s) {changed} changed during the run "
+                f"({', '.join(self.cfg.data.client_paths[c] for c in changed)}); a run trains on the rows it "
+                "started with"
+            )
+        self.client_data = data
 
     def verify_incarnations(self) -> None:
         """Raise ActorLost if a client actor was restarted since the driver last gave it its state (a

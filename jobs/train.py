@@ -28,7 +28,7 @@ from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
 from pubswap.data.prompt_length import drop_long_prompts, prompt_ids, uses_chat_template
 from pubswap.data.sources import load_source
-from pubswap.data.split import FederatedSplit
+from pubswap.data.split import FederatedSplit, public_and_test
 from pubswap.methods import RoundContext, eval_record
 from pubswap.methods.base import mean
 from pubswap.models import resolve_model
@@ -81,7 +81,8 @@ def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
     from transformers import AutoTokenizer
 
     d, f = cfg.data, cfg.federation
-    total = f.num_clients * d.per_client + d.public_size + d.test_size
+    own = d.client_paths  # each client actor reads its own rows: here only the public and test sets
+    total = (0 if own else f.num_clients * d.per_client) + d.public_size + d.test_size
     rows, report = load_source(d, total, cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     fmt = cfg.model.prompt_format
@@ -94,6 +95,9 @@ def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
     )
     if report.total_rejected:
         print(f"data: {report}", flush=True)
+    if own:
+        public, test = public_and_test(rows, d.public_size, d.test_size, cfg.seed)
+        return FederatedSplit([[] for _ in own], public, test, client_paths=tuple(own))
     return dirichlet_split(rows, f.num_clients, d.per_client, d.dirichlet_alpha, d.public_size, d.test_size, cfg.seed)
 
 
@@ -237,12 +241,8 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
     run_cfg, split = f.family.prepare(cfg, split)  # the centralized reference runs as another method
-    fingerprint = split.fingerprint()
-    if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
-        raise ResumeError(
-            f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
-            "a changed dataset or task generator); refusing to resume"
-        )
+    if not split.client_paths:  # client files: checked when their actors have read them
+        _check_same_split(ckpt, split.fingerprint(), run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     lease_notes: list[str] = []
 
@@ -279,6 +279,14 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
         )
     finally:
         lease.release()
+
+
+def _check_same_split(ckpt: Checkpoint | None, fingerprint: str, run_dir: Path) -> None:
+    if ckpt is not None and ckpt.state["split_sha256"] != fingerprint:
+        raise ResumeError(
+            f"{run_dir}: the data split differs from the checkpointed run's (same config, other rows: "
+            "a changed dataset, task generator or client file); refusing to resume"
+        )
 
 
 def _erase_run(run_dir: Path, run) -> None:
@@ -321,7 +329,7 @@ def _train_rounds(
 
     f, ft = cfg.federation, cfg.fault_tolerance
     ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
-    fingerprint = split.fingerprint()
+    fingerprint = None if split.client_paths else split.fingerprint()  # client files: once their actors read them
     print(
         f"run dir: {run_dir}\nmodel: {model_dir}\nclient topic split (Dirichlet alpha={cfg.data.dirichlet_alpha}):\n"
         f"{format_histogram(split)}",
@@ -334,6 +342,18 @@ def _train_rounds(
     logger: RunLogger | None = None
     fed = Federation(cfg, split, model_dir, str(run_dir))
     print(f"client actors: {len(fed.actors)}, hosting clients {fed.assignment}, pids {fed.pids}", flush=True)
+    if split.client_paths:
+        fingerprint = split.fingerprint([sha for _, sha in fed.client_data])
+        print(
+            "client rows, read by their actors from data.client_paths: "
+            + ", ".join(f"client {c}: {n} (sha256 {sha[:12]})" for c, (n, sha) in enumerate(fed.client_data)),
+            flush=True,
+        )
+        try:
+            _check_same_split(ckpt, fingerprint, run_dir)
+        except ResumeError:
+            fed.shutdown()
+            raise
     events.emit("actors", pids=fed.pids)
     try:
         if fed.topo is not None:

@@ -317,6 +317,13 @@ def _no_null_settings(value: Any) -> Any:
 class DataConfig(Section):
     source: str = setting("reasoning_gym", f"{' | '.join(SOURCES)} (pubswap/data/sources.py)")
     paths: Names = setting(about="local files/folders (or hub ids); [] = the hub defaults", factory=list)
+    client_paths: Names = setting(
+        about="one file or folder per client, in data.source's format, read by the actor hosting that client "
+        "(the path must exist on its node); the driver never reads them, and data.paths then gives only the "
+        "public and test rows. Each client keeps data.per_client rows of its file, seeded. [] = every "
+        "client's rows come from data.paths through the driver's Dirichlet split",
+        factory=list,
+    )
     subsample: int = setting(
         0, "keep this many rows of the source before splitting (DeepMath in the paper: 20000); 0: all", ge=0
     )
@@ -346,6 +353,12 @@ class DataConfig(Section):
             len(self.paths) in (0, takes),
             "data.paths",
             f"{self.source} takes {takes} path(s) (or none for the hub), got {len(self.paths)}",
+        )
+        need(
+            not self.client_paths or PATHS_PER_SOURCE.get(self.source, 0) == 1,
+            "data.client_paths",
+            f"needs a source read from one file or folder per client (one of "
+            f"{', '.join(s for s, n in PATHS_PER_SOURCE.items() if n == 1)}), got data.source={self.source}",
         )
         need(
             self.reward != "reasoning_gym" or self.source == "reasoning_gym",
@@ -616,6 +629,18 @@ class RunConfig(Section):
                 "(use fedavg-grpo, fedprox-grpo or a decentralized method)",
             )
         self._check_privacy()
+        if self.data.client_paths:
+            need(
+                len(self.data.client_paths) == f.num_clients,
+                "data.client_paths",
+                f"needs one path per client (federation.num_clients={f.num_clients}), "
+                f"got {len(self.data.client_paths)}",
+            )
+            need(
+                not f.method.startswith("centralized"),
+                "data.client_paths",
+                f"{f.method} pools every client's rows on the driver; client files are for federated methods",
+            )
         problem = f.family.problem(self)  # the method's own rules (pubswap/methods/)
         if problem is not None:
             raise fail(*problem)

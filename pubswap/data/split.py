@@ -29,24 +29,55 @@ class FederatedSplit:
     clients: list[list[Row]]
     public: list[Row]
     test: list[Row]
+    # data.client_paths: client i's rows are read from client_paths[i] by its actor; clients[i] is empty here
+    client_paths: tuple[str, ...] = ()
 
     @property
     def topics(self) -> list[str]:
         return sorted({r.topic for part in (*self.clients, self.public, self.test) for r in part})
 
-    def fingerprint(self) -> str:
-        """sha256 over every row of every set, in order: a resumed run must see the same data."""
+    def fingerprint(self, client_sha256: Sequence[str] = ()) -> str:
+        """sha256 over every row of every set, in order: a resumed run must see the same data. With client
+        files, each client's part is the sha256 of its rows (rows_sha256) that its actor reports."""
+        if len(client_sha256) != len(self.client_paths):
+            raise ValueError(f"{len(self.client_paths)} client files need as many digests, got {len(client_sha256)}")
         h = hashlib.sha256()
-        for name, part in [
-            *((f"client_{i}", c) for i, c in enumerate(self.clients)),
-            ("public", self.public),
-            ("test", self.test),
-        ]:
-            h.update(f"[{name}:{len(part)}]".encode())
-            for r in part:
-                extra = [r.ref, list(r.context)] if r.ref or r.context else []  # older rows hash as before
-                h.update(json.dumps([r.prompt, r.answer, r.topic, *extra]).encode())
+        for i, sha in enumerate(client_sha256):
+            h.update(f"[client_{i}:file:{sha}]".encode())
+        parts = [] if self.client_paths else [(f"client_{i}", c) for i, c in enumerate(self.clients)]
+        for name, part in [*parts, ("public", self.public), ("test", self.test)]:
+            _hash_rows(h, name, part)
         return h.hexdigest()
+
+
+def _hash_rows(h, name: str, rows: Sequence[Row]) -> None:
+    h.update(f"[{name}:{len(rows)}]".encode())
+    for r in rows:
+        extra = [r.ref, list(r.context)] if r.ref or r.context else []  # older rows hash as before
+        h.update(json.dumps([r.prompt, r.answer, r.topic, *extra]).encode())
+
+
+def rows_sha256(rows: Sequence[Row]) -> str:
+    """One client's rows, in order: what its actor reports when it read them from its own file."""
+    h = hashlib.sha256()
+    _hash_rows(h, "rows", rows)
+    return h.hexdigest()
+
+
+def public_and_test(rows: Sequence[Row], public_size: int, test_size: int, seed: int) -> tuple[list, list]:
+    """The public and test sets alone (data.client_paths: the clients' rows are elsewhere), carved as
+    dirichlet_split carves them."""
+    if len(rows) < public_size + test_size:
+        raise DataError(f"{len(rows)} rows are too few: {public_size} public + {test_size} test")
+    return _carve(rows, public_size, test_size, rng(seed, "split"))[:2]
+
+
+def _carve(rows: Sequence[Row], public_size: int, test_size: int, gen) -> tuple[list, list, list]:
+    """Test, public and the remaining rows, after one seeded shuffle."""
+    order = gen.permutation(len(rows))
+    test = [rows[i] for i in order[:test_size]]
+    public = [rows[i] for i in order[test_size : test_size + public_size]]
+    return public, test, [rows[i] for i in order[test_size + public_size :]]
 
 
 def dirichlet_split(
@@ -72,10 +103,7 @@ def dirichlet_split(
         )
 
     gen = rng(seed, "split")
-    order = gen.permutation(len(rows))
-    test = [rows[i] for i in order[:test_size]]
-    public = [rows[i] for i in order[test_size : test_size + public_size]]
-    remaining = [rows[i] for i in order[test_size + public_size :]]
+    public, test, remaining = _carve(rows, public_size, test_size, gen)
 
     topics = sorted({r.topic for r in remaining})
     by_topic: list[list[Row]] = [[r for r in remaining if r.topic == t] for t in topics]
@@ -96,8 +124,9 @@ def dirichlet_split(
 
 
 def topic_histogram(split: FederatedSplit) -> dict[str, dict[str, int]]:
-    """{set name: {topic: count}} for client_0..client_{N-1}, public and test."""
-    parts = {f"client_{i}": c for i, c in enumerate(split.clients)} | {"public": split.public, "test": split.test}
+    """{set name: {topic: count}} for client_0..client_{N-1} (not with client files), public and test."""
+    clients = {} if split.client_paths else {f"client_{i}": c for i, c in enumerate(split.clients)}
+    parts = clients | {"public": split.public, "test": split.test}  # client files: the driver has not read them
     topics = split.topics
     return {name: {t: Counter(r.topic for r in part)[t] for t in topics} for name, part in parts.items()}
 
