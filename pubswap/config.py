@@ -62,6 +62,7 @@ SOURCE_REWARDS = {
     "boolq": "exact",
     "humaneval": "code",
     "mbpp": "code",
+    "instruct": "exact",  # free-text references: in-run pass@1 is exact match; the board scores its eight benchmarks
 }
 
 
@@ -113,10 +114,11 @@ class ModelConfig(Section):
     path: str = setting("", "local folder (or hub id on a cluster with hub access)")
     gguf_file: str | None = setting(None, "file inside `path` when the checkpoint is a GGUF")
     dtype: Literal["float32", "bfloat16", "float16"] = setting("bfloat16", "the base weights in trainer and engine")
-    prompt_format: Literal["auto", "chat", "plain"] = setting(
+    prompt_format: Literal["auto", "chat", "plain", "alpaca"] = setting(
         "auto",
         "chat: the tokenizer's chat template; plain: the one-shot example and the prompt as text (base models"
-        " such as OPT have no template); auto: chat if the tokenizer has a template, else plain",
+        " such as OPT have no template); alpaca: the FedSRD reference's Alpaca template (instruction tuning);"
+        " auto: chat if the tokenizer has a template, else plain",
     )
     max_prompt_len: int = setting(1024, "tokens, chat template included; longer prompts are dropped, never cut", gt=0)
     max_response_len: int = setting(2048, "tokens generated per response at most", gt=0)
@@ -621,6 +623,12 @@ class RunConfig(Section):
                 f"label-words needs a classification source with label words ({', '.join(CLASSIFICATION_SOURCES)}), "
                 f"got data.source={self.data.source}",
             )
+        need(
+            self.data.source != "instruct" or self.objective == "sft",
+            "objective",
+            f"data.source instruct has free-text reference responses and no verifier to reward: use sft, "
+            f"got {self.objective}",
+        )
         if self.objective != "grpo":
             need(
                 f.family.swap_rule is None,

@@ -103,14 +103,33 @@ def test_the_driver_splits_without_the_client_files(digit_model_dir, tmp_path):
         split.fingerprint()
 
 
+def alpaca_file(path: Path, domain: str, n: int) -> Path:
+    """n Alpaca-schema records of one domain (every other one with an input)."""
+    return write(
+        [
+            {"instruction": f"{domain} task {i}.", "input": f"x={i}" if i % 2 else "", "output": f"{domain} {i % 10}"}
+            for i in range(n)
+        ],
+        path,
+    )
+
+
 def test_each_actor_reads_its_clients_file_and_a_changed_or_missing_file_is_refused(digit_model_dir, tmp_path):
-    """A real run: the digests the actors report are those of the rows drawn from each client's file;
-    the checkpoint's split digest covers them; a resume after a client's file changed is refused, and a
-    missing client file is one line naming it (exit 2 both times)."""
-    shared = math_file(tmp_path / "shared.jsonl", 14, offset=100)
-    files = [math_file(tmp_path / f"client{c}.jsonl", 10, offset=10 * c) for c in range(2)]
+    """A real run of the FedSRD board's shape (instruction tuning with sft in the Alpaca template, one
+    domain per client): the digests the actors report are those of the rows drawn from each client's
+    file, and client 0's first step trained the reference responses of that file's rows; the checkpoint's
+    split digest covers them; a resume after a client's file changed is refused, and a missing client
+    file is one line naming it (exit 2 both times)."""
+    shared = write(
+        [{"instruction": f"Say {i}.", "input": "", "output": str(i % 10), "domain": "mixed"} for i in range(14)],
+        tmp_path / "shared.jsonl",
+    )
+    files = [alpaca_file(tmp_path / f"{d}.jsonl", d, 10) for d in ("code", "finance")]
     common = (
-        "data.source=math",
+        "data.source=instruct",
+        "objective=sft",
+        "model.prompt_format=alpaca",
+        "model.max_prompt_len=256",
         f"data.paths=[{shared}]",
         f"data.client_paths=[{files[0]}, {files[1]}]",
         "data.per_client=8",
@@ -123,28 +142,33 @@ def test_each_actor_reads_its_clients_file_and_a_changed_or_missing_file_is_refu
     assert done.returncode == 0, done.stderr[-3000:]
     reported = dict(re.findall(r"client (\d): 8 \(sha256 ([0-9a-f]{12})\)", done.stdout))
     from jobs.train import build_split
+    from pubswap.data.order import private_batch, private_steps_before
     from pubswap.data.prompt_length import prompt_ids
 
     tok = __import__("transformers").AutoTokenizer.from_pretrained(digit_model_dir)
-    expected = [
-        rows_sha256(
-            load_client_rows(
-                cfg.data,
-                str(f),
-                c,
-                cfg.seed,
-                lambda r: len(prompt_ids(tok, r.prompt, r.context, cfg.model.prompt_format)),
-                cfg.model.max_prompt_len,
-            )[0]
-        )
+    own = [
+        load_client_rows(
+            cfg.data,
+            str(f),
+            c,
+            cfg.seed,
+            lambda r: len(prompt_ids(tok, r.prompt, r.context, cfg.model.prompt_format)),
+            cfg.model.max_prompt_len,
+        )[0]
         for c, f in enumerate(files)
     ]
+    expected = [rows_sha256(rows) for rows in own]
     assert reported == {"0": expected[0][:12], "1": expected[1][:12]}, done.stdout[-2000:]
+    assert {r.topic for r in own[0]} == {"code"} and {r.topic for r in own[1]} == {"finance"}
+    step = metrics(cfg.run_dir)[0]["steps"][0]
+    index = private_steps_before(cfg.federation, cfg.seed, 0, 1, 1)
+    batch = [own[0][i] for i in private_batch(cfg.seed, 0, len(own[0]), cfg.grpo.b, index)]
+    trained = next(c for c in step["clients"] if c["client"] == 0)["response_tokens"]
+    assert trained == sum(len(tok(r.answer, add_special_tokens=False)["input_ids"]) + 1 for r in batch)
     ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
     assert ckpt.state["split_sha256"] == build_split(cfg, str(digit_model_dir)).fingerprint(expected)
-    assert len(metrics(cfg.run_dir)) == 1
 
-    math_file(files[1], 10, offset=50)  # client 1's file now holds other rows
+    alpaca_file(files[1], "finance", 12)  # client 1's file now holds other rows
     resumed = run_driver(ft_config(digit_model_dir, tmp_path / "run", *common, "federation.rounds=2"))
     assert resumed.returncode == 2, resumed.stderr[-3000:]
     assert "cannot resume" in resumed.stderr and "client file" in resumed.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from pubswap.data.instructions import alpaca_prompt
 from pubswap.data.rows import Row, RowReport
 
 
@@ -35,10 +36,19 @@ def plain_prompt(prompt: str, context: Sequence[dict] = ()) -> str:
     return f"{shots}{prompt}\n"
 
 
+def _pairs(context: Sequence[dict]) -> list[tuple[str, str]]:
+    """(question, answer) pairs of alternating user/assistant turns."""
+    users = [m["content"] for m in context if m["role"] == "user"]
+    answers = [m["content"] for m in context if m["role"] == "assistant"]
+    return list(zip(users, answers))
+
+
 def prompt_ids(tokenizer, prompt: str, context: Sequence[dict] = (), prompt_format: str = "auto") -> list[int]:
     """Token ids of `prompt` after the `context` turns (a one-shot example): as the user turn of the chat
     template ending with the assistant's prompt, or (a model without a chat template, or
     prompt_format plain) as plain text after the tokenizer's own special tokens (e.g. BOS)."""
+    if prompt_format == "alpaca":
+        return list(tokenizer(alpaca_prompt(prompt, _pairs(context)), add_special_tokens=True)["input_ids"])
     if not uses_chat_template(tokenizer, prompt_format):
         return list(tokenizer(plain_prompt(prompt, context), add_special_tokens=True)["input_ids"])
     messages = [*({"role": m["role"], "content": m["content"]} for m in context), {"role": "user", "content": prompt}]

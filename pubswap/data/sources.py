@@ -8,13 +8,16 @@ sst2, rte, boolq   the decentralized leaderboard's classification tasks (label =
                data.paths = [file or folder] or [] for the hub
 humaneval, mbpp    code generation scored by running the code (`code` reward, pubswap/data/code_tasks.py);
                data.paths = [file or folder] or [] for the hub
+instruct       instruction tuning (Alpaca, GSM8K or MATH schema; objective sft): the FedSRD board's four
+               domains, one per client with data.client_paths (pubswap/data/instructions.py);
+               data.paths = [file or folder or hub id] or [] for the four sets together
 """
 
 from __future__ import annotations
 
 from pubswap.data.rows import Row, RowReport
 
-SOURCES = ("reasoning_gym", "math", "deepmath", "medical", "sst2", "rte", "boolq", "humaneval", "mbpp")
+SOURCES = ("reasoning_gym", "math", "deepmath", "medical", "sst2", "rte", "boolq", "humaneval", "mbpp", "instruct")
 PATHS_PER_SOURCE = {
     "reasoning_gym": 0,
     "math": 1,
@@ -25,6 +28,7 @@ PATHS_PER_SOURCE = {
     "boolq": 1,
     "humaneval": 1,
     "mbpp": 1,
+    "instruct": 1,
 }
 
 
@@ -56,4 +60,8 @@ def load_source(data, rows_needed: int, seed: int) -> tuple[list[Row], RowReport
         from pubswap.data.code_tasks import load_code
 
         return load_code(data.source, paths[0] if paths else "")
+    if data.source == "instruct":
+        from pubswap.data.instructions import load_instructions
+
+        return load_instructions(paths[0] if paths else "")
     raise ValueError(f"unknown data.source {data.source!r}; known: {SOURCES}")
