@@ -468,12 +468,13 @@ class ClientCore:
 
     def target_ids(self, row: Row) -> tuple[int, ...]:
         """What a cross-entropy objective scores after the prompt: the label word (label-words), or the
-        reference answer and the end-of-sequence token, so the model learns to stop (sft)."""
+        reference answer and the end-of-sequence token, so the model learns to stop (sft), cut at
+        model.max_response_len tokens as the reference cuts its sequences (and as the GPU budget assumes)."""
         if self.cfg.objective == "label-words":
             return self.label_ids(row.answer)
         ids = tuple(self.tokenizer(row.answer, add_special_tokens=False)["input_ids"])
         eos = self.tokenizer.eos_token_id
-        return ids + ((eos,) if eos is not None else ())
+        return (ids + ((eos,) if eos is not None else ()))[: self.cfg.model.max_response_len]
 
     def _train_targets(self, cid: int, rows: Sequence[Row], round_idx: int, step: int) -> dict:
         """One cross-entropy step of client `cid` on its rows' targets (first-order; SeedFlood: one

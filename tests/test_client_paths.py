@@ -107,7 +107,11 @@ def alpaca_file(path: Path, domain: str, n: int) -> Path:
     """n Alpaca-schema records of one domain (every other one with an input)."""
     return write(
         [
-            {"instruction": f"{domain} task {i}.", "input": f"x={i}" if i % 2 else "", "output": f"{domain} {i % 10}"}
+            {
+                "instruction": f"{domain} task {i}.",
+                "input": f"x={i}" if i % 2 else "",
+                "output": f"{domain} {i % 10}" if i % 3 else f"{domain} answer number {i}",  # some over 8 tokens
+            }
             for i in range(n)
         ],
         path,
@@ -130,6 +134,7 @@ def test_each_actor_reads_its_clients_file_and_a_changed_or_missing_file_is_refu
         "objective=sft",
         "model.prompt_format=alpaca",
         "model.max_prompt_len=256",
+        "model.max_response_len=8",
         f"data.paths=[{shared}]",
         f"data.client_paths=[{files[0]}, {files[1]}]",
         "data.per_client=8",
@@ -164,7 +169,8 @@ def test_each_actor_reads_its_clients_file_and_a_changed_or_missing_file_is_refu
     index = private_steps_before(cfg.federation, cfg.seed, 0, 1, 1)
     batch = [own[0][i] for i in private_batch(cfg.seed, 0, len(own[0]), cfg.grpo.b, index)]
     trained = next(c for c in step["clients"] if c["client"] == 0)["response_tokens"]
-    assert trained == sum(len(tok(r.answer, add_special_tokens=False)["input_ids"]) + 1 for r in batch)
+    cut = cfg.model.max_response_len  # the reference answer and EOS, cut at max_response_len
+    assert trained == sum(min(cut, len(tok(r.answer, add_special_tokens=False)["input_ids"]) + 1) for r in batch)
     ckpt = latest_checkpoint(Path(cfg.run_dir) / "checkpoints")
     assert ckpt.state["split_sha256"] == build_split(cfg, str(digit_model_dir)).fingerprint(expected)
 

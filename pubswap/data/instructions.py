@@ -14,7 +14,8 @@ the instruction, its answer the whole reference response (what sft trains), its 
 `domain` field if it has one, else the name of the file (or hub dataset) it came from.
 
 With data.client_paths, client i reads the i-th set on its own actor (one domain per client, as the
-reference splits them); data.paths holds the rows the public and test sets are drawn from.
+reference splits them: client_paths [code, medical, finance, math]); data.paths holds the rows the
+public and test sets are drawn from.
 """
 
 from __future__ import annotations
@@ -68,17 +69,26 @@ def instruction_rows(records: Iterable[Mapping], topic: str) -> tuple[list[Row],
 
 
 def load_instructions(path: str = "") -> tuple[list[Row], RowReport]:
-    """Rows of a local file/folder or hub dataset; with no path, the four sets of the board together
-    (their train splits; topics code, medical, finance, math)."""
+    """Rows of a local file/folder or hub dataset; a domain's name (code, medical, finance, math: no
+    such local path) is the reference's set(s) for it from the hub (math: GSM8K and MATH-lighteval);
+    no path is the four domains together (train splits)."""
     from pubswap.data.records import load_records
 
+    if path in BOARD_SETS and not Path(path).exists():  # a domain's name: the reference's set(s) for it
+        return _board_rows([path])
     if path:
         topic = Path(path.rstrip("/")).stem if Path(path).exists() else path.rstrip("/").split("/")[-1]
         return instruction_rows(load_records(path), topic)
+    return _board_rows(list(BOARD_SETS))
+
+
+def _board_rows(domains: list[str]) -> tuple[list[Row], RowReport]:
+    from pubswap.data.records import load_records
+
     records = [
         {**r, "domain": r.get("domain") or domain}
-        for domain, hub_ids in BOARD_SETS.items()
-        for hub_id in hub_ids
+        for domain in domains
+        for hub_id in BOARD_SETS[domain]
         for r in load_records(hub_id, "train", config=HUB_CONFIGS.get(hub_id))
     ]
     return instruction_rows(records, "")
