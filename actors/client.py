@@ -32,7 +32,7 @@ import torch
 
 from actors.card_share import card_turn, card_uuid, wait_for_engine_share
 from actors.collective import tensor_device
-from actors.engine_watchdog import EngineWatchdog, engine_processes
+from actors.engine_watchdog import EngineWatchdog, engine_dead, engine_processes, exit_actor
 from actors.gossip_peer import GossipPeer
 from actors.rollout import adapter_root, make_engine, private_adapter_dir
 from pubswap import privacy, secagg
@@ -85,7 +85,11 @@ def timed_call(method):
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self.timer.call():
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as e:
+                self._on_call_error(e)
+                raise
 
     return wrapper
 
@@ -183,6 +187,9 @@ class ClientCore:
         for cid in self.clients:
             self._sync_engine(cid)
         self.peer = GossipPeer(self)  # the serverless methods' side of this actor (actors/gossip_peer.py)
+
+    def _on_call_error(self, error: Exception) -> None:
+        """A failed call, before its error goes to the caller (the Ray actor ends itself when its engine died)."""
 
     def _own_rows(self, cid: int, rows: Sequence[Row] | str) -> list[Row]:
         """The rows the driver sent, or (data.client_paths) the rows read here from this client's file;
@@ -677,6 +684,18 @@ class ClientActor(ClientCore):
         self._secagg_keys: secagg.KeyPair | None = None  # this aggregation's, used once
         # a dead engine would leave generate() hanging: end the actor instead (actors/engine_watchdog.py)
         self._watchdog = EngineWatchdog(engine_processes())
+
+    def _on_call_error(self, error: Exception) -> None:
+        """A call that failed because the engine died ends the actor, as the watchdog does: the driver then
+        sees a lost actor and redoes the round. Without this, a call that reaches the dead engine before the
+        watchdog's next poll (EngineDeadError) would reach the driver as an ordinary error and end the run."""
+        if engine_dead(error) or self._watchdog.engine_gone():
+            self._watchdog.stop()
+            exit_actor(
+                f"the vLLM engine of this client actor (pid {os.getpid()}) died during a call "
+                f"({type(error).__name__}); the actor exits too, so that it is restarted with a fresh engine "
+                "and the round is redone"
+            )
 
     def close(self) -> None:
         """Remove this actor's node-local adapter folders (called before the actor is killed)."""

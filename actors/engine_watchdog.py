@@ -68,6 +68,27 @@ class EngineWatchdog:
         """Before the engine is shut down on purpose."""
         self._stop.set()
 
+    def engine_gone(self) -> bool:
+        """Whether one of the engine processes has ended (the poll may not have seen it yet)."""
+        return any(_gone(p) for p in self.procs)
+
+
+def engine_dead(error: BaseException | None) -> bool:
+    """Whether `error` (or an error it was raised from) is vLLM's EngineDeadError: a call reached the
+    engine after its process died, before the watchdog's next poll."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if type(error).__name__ == "EngineDeadError":
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def exit_actor(line: str) -> None:
+    """End this actor's process at once, saying why: Ray restarts it, and its caller sees a lost actor."""
+    _exit_actor(line)
+
 
 def _name(p: psutil.Process) -> str:
     try:

@@ -330,11 +330,12 @@ def _train_rounds(
     f, ft = cfg.federation, cfg.fault_tolerance
     ckpt_dir, metrics_path = run_dir / "checkpoints", run_dir / "metrics.jsonl"
     fingerprint = None if split.client_paths else split.fingerprint()  # client files: once their actors read them
-    print(
-        f"run dir: {run_dir}\nmodel: {model_dir}\nclient topic split (Dirichlet alpha={cfg.data.dirichlet_alpha}):\n"
-        f"{format_histogram(split)}",
-        flush=True,
+    heading = (
+        "topics of the public and test sets (each client's rows are read by its actor from data.client_paths)"
+        if split.client_paths
+        else f"client topic split (Dirichlet alpha={cfg.data.dirichlet_alpha})"
     )
+    print(f"run dir: {run_dir}\nmodel: {model_dir}\n{heading}:\n{format_histogram(split)}", flush=True)
 
     init_ray()
     if handle_signals:

@@ -146,6 +146,7 @@ def test_each_actor_reads_its_clients_file_and_a_changed_or_missing_file_is_refu
     done = run_driver(cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     reported = dict(re.findall(r"client (\d): 8 \(sha256 ([0-9a-f]{12})\)", done.stdout))
+    assert "topics of the public and test sets" in done.stdout and "client_0" not in done.stdout
     from jobs.train import build_split
     from pubswap.data.order import private_batch, private_steps_before
     from pubswap.data.prompt_length import prompt_ids

@@ -4,6 +4,9 @@ Engine log-probs of a sampled response must match the trainer's for the same ada
 after a change of adapter (a stale LoRA id would keep serving the old weights and fail this).
 """
 
+import time
+
+import psutil
 import pytest
 import ray
 import torch
@@ -90,3 +93,35 @@ def test_public_responses_carry_the_engines_sampling_logprobs(client):
         assert torch.allclose(torch.tensor(r.logprobs), trainer, atol=1e-3), (r.logprobs, trainer)
         raw = torch.tensor(ray.get(client.trainer_logprobs.remote(pids, list(r.token_ids))))
         assert not torch.allclose(torch.tensor(r.logprobs), raw, atol=1e-2)  # not the raw (T=1) log-probs
+
+
+def test_a_call_that_finds_its_engine_dead_ends_the_actor(client):
+    """The engine core SIGKILLed while a call is generating: vLLM fails the call with EngineDeadError at
+    once, before the watchdog's next poll. The caller must see the actor's death (RayActorError, from which
+    the driver recovers by redoing the round), not that error as an ordinary one (which ended the run).
+    Runs last: the actor is restarted after it."""
+    pid = ray.get(client.ping.remote())[1]
+    core = next(c for c in psutil.Process(pid).children(recursive=True) if "EngineCore" in c.name())
+    batch = [(f"Calculate {a} + {b}.", str(a + b)) for a in range(20) for b in range(20)]
+    call = client.answer_public.remote(batch, 0, 0)
+    deadline = time.monotonic() + 30
+    while core.cpu_percent(interval=0.05) < 50 and time.monotonic() < deadline:  # generating
+        pass
+    core.kill()
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(call)
+
+
+def test_engine_dead_is_found_in_the_chain_of_a_calls_error():
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    from actors.engine_watchdog import engine_dead
+
+    try:
+        try:
+            raise EngineDeadError()
+        except EngineDeadError as e:
+            raise RuntimeError("generate failed") from e
+    except RuntimeError as outer:
+        assert engine_dead(outer)
+    assert not engine_dead(RuntimeError("a bad batch")) and not engine_dead(None)
