@@ -46,7 +46,7 @@ class EngineWatchdog:
         self.procs = list(procs)
         self.names = {p.pid: _name(p) for p in self.procs}
         self.poll_s = poll_s
-        self.on_death = on_death or _exit_actor
+        self.on_death = on_death or exit_actor
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-watchdog", daemon=True)
         if self.procs:
@@ -85,11 +85,6 @@ def engine_dead(error: BaseException | None) -> bool:
     return False
 
 
-def exit_actor(line: str) -> None:
-    """End this actor's process at once, saying why: Ray restarts it, and its caller sees a lost actor."""
-    _exit_actor(line)
-
-
 def _name(p: psutil.Process) -> str:
     try:
         return p.name()
@@ -97,6 +92,7 @@ def _name(p: psutil.Process) -> str:
         return "vLLM engine"
 
 
-def _exit_actor(line: str) -> None:
+def exit_actor(line: str) -> None:
+    """End this actor's process at once, saying why: Ray restarts it, and its caller sees a lost actor."""
     print(line, file=sys.stderr, flush=True)
     os._exit(1)  # no cleanup: the engine is gone, and a graceful exit would wait on it

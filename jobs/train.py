@@ -343,20 +343,16 @@ def _train_rounds(
     logger: RunLogger | None = None
     fed = Federation(cfg, split, model_dir, str(run_dir))
     print(f"client actors: {len(fed.actors)}, hosting clients {fed.assignment}, pids {fed.pids}", flush=True)
-    if split.client_paths:
-        fingerprint = split.fingerprint([sha for _, sha in fed.client_data])
-        print(
-            "client rows, read by their actors from data.client_paths: "
-            + ", ".join(f"client {c}: {n} (sha256 {sha[:12]})" for c, (n, sha) in enumerate(fed.client_data)),
-            flush=True,
-        )
-        try:
-            _check_same_split(ckpt, fingerprint, run_dir)
-        except ResumeError:
-            fed.shutdown()
-            raise
-    events.emit("actors", pids=fed.pids)
     try:
+        if split.client_paths:
+            fingerprint = split.fingerprint([sha for _, sha in fed.client_data])
+            print(
+                "client rows, read by their actors from data.client_paths: "
+                + ", ".join(f"client {c}: {n} (sha256 {sha[:12]})" for c, (n, sha) in enumerate(fed.client_data)),
+                flush=True,
+            )
+            _check_same_split(ckpt, fingerprint, run_dir)
+        events.emit("actors", pids=fed.pids)
         if fed.topo is not None:
             print(fed.topo.describe(), flush=True)
         lora_config = fed.lora_config()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from pubswap.data.rows import Row, RowReport, map_rows
+from pubswap.data.rows import Row, RowReport, map_rows, nonblank
 
 HUB = {
     "humaneval": ("openai/openai_humaneval", None, "test"),
@@ -31,12 +31,8 @@ BODY = "\n# the response's code continues the stub above\n"
 _BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def _text(x) -> str | None:
-    return x if isinstance(x, str) and x.strip() else None
-
-
 def _humaneval_fields(r: Mapping) -> dict:
-    prompt, test, entry = _text(r.get("prompt")), _text(r.get("test")), _text(r.get("entry_point"))
+    prompt, test, entry = nonblank(r.get("prompt")), nonblank(r.get("test")), nonblank(r.get("entry_point"))
     ok = prompt and entry
     return {
         "prompt": f"Complete this Python function.\n\n```python\n{prompt}```\n\n{INSTRUCTION}" if ok else None,
@@ -47,9 +43,9 @@ def _humaneval_fields(r: Mapping) -> dict:
 
 
 def _mbpp_fields(r: Mapping) -> dict:
-    task = _text(r.get("prompt")) or _text(r.get("text"))  # sanitized: prompt; full: text
-    tests = [t for t in r.get("test_list") or [] if _text(t)]
-    imports = [t for t in r.get("test_imports") or [] if _text(t)]
+    task = nonblank(r.get("prompt")) or nonblank(r.get("text"))  # sanitized: prompt; full: text
+    tests = [t for t in r.get("test_list") or [] if nonblank(t)]
+    imports = [t for t in r.get("test_imports") or [] if nonblank(t)]
     ok = task and tests
     return {
         "prompt": f"{task.strip()}\nYour code should pass these tests:\n" + "\n".join(tests) + f"\n\n{INSTRUCTION}"

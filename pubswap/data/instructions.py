@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pubswap.data.rows import Row, RowReport, map_rows
+from pubswap.data.rows import Row, RowReport, map_rows, nonblank
 
 # the reference's four training sets, one per client, in its order (hub ids; the math set is two)
 BOARD_SETS = {
@@ -46,22 +46,18 @@ def alpaca_prompt(instruction: str, shots: Iterable[tuple[str, str]] = ()) -> st
     return f"{done}{ALPACA_HEAD}\n\n### Instruction:\n{instruction} \n\n### Response: "
 
 
-def _text(x) -> str | None:
-    return x if isinstance(x, str) and x.strip() else None
-
-
 def instruction_fields(r: Mapping, topic: str) -> dict:
     """(instruction, response) of an Alpaca, GSM8K or MATH record, as a row's fields."""
     if "instruction" in r:
-        extra = _text(r.get("input"))
-        instruction = _text(r.get("instruction"))
+        extra = nonblank(r.get("input"))
+        instruction = nonblank(r.get("instruction"))
         prompt = f"{instruction} {extra}" if instruction and extra else instruction
         response = r.get("output", r.get("response"))
     elif "question" in r:
         prompt, response = r.get("question"), r.get("answer")
     else:
         prompt, response = r.get("problem"), r.get("solution")
-    return {"prompt": _text(prompt), "answer": _text(response), "topic": _text(r.get("domain")) or topic}
+    return {"prompt": nonblank(prompt), "answer": nonblank(response), "topic": nonblank(r.get("domain")) or topic}
 
 
 def instruction_rows(records: Iterable[Mapping], topic: str) -> tuple[list[Row], RowReport]:

@@ -43,6 +43,11 @@ class RowReport:
         return f"{self.kept} rows kept, {self.total_rejected} rejected — {reasons}"
 
 
+def nonblank(x) -> str | None:
+    """`x` if it is a string with something besides whitespace, else None (a loader's optional field)."""
+    return x if isinstance(x, str) and x.strip() else None
+
+
 def _text(value) -> str | None:
     if value is None:
         return None
