@@ -194,6 +194,12 @@ class GRPOConfig(Section):
         1024, "positions per LM-head chunk: [chunk, vocab] fp32 logits at a time", resume=True, ge=1
     )
     gradient_checkpointing: bool | None = setting(None, "None: on when training on a GPU, off on CPU", resume=True)
+    shared_prefix: bool = setting(
+        True,
+        "GRPO passes compute each group's prompt once, its K responses attending to it (same loss and "
+        "gradients; pubswap/learner/shared_prefix.py); models without SDPA attention keep one row per response",
+        resume=True,
+    )
 
     @model_validator(mode="after")
     def _mini_batches_divide_the_batch(self) -> GRPOConfig:

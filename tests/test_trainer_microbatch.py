@@ -28,7 +28,8 @@ def samples_of_unequal_length() -> list[Sample]:
 
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir):
-    grpo = GRPOConfig(lr=1e-4, grad_epochs=2, kl_coef=0.05, temperature=TEMP, grad_clip=1.0)
+    # the padded rows' planner (shared-prefix packing equals it: tests/test_shared_prefix.py)
+    grpo = GRPOConfig(lr=1e-4, grad_epochs=2, kl_coef=0.05, temperature=TEMP, grad_clip=1.0, shared_prefix=False)
     t = GRPOTrainer.load(str(tiny_model_dir), LoraConfig(r=8, alpha=16), grpo, strategy=FedProx(mu=0.5))
     torch.manual_seed(3)  # a non-zero B, so policy and reference differ from the first step on
     start = {k: torch.randn_like(v) * 0.05 for k, v in t.adapter().items()}

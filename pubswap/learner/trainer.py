@@ -41,6 +41,7 @@ from pubswap.algorithms.aggregation.base import AggregationStrategy
 from pubswap.algorithms.cross_entropy import token_nll
 from pubswap.algorithms.grpo import grpo_loss, off_policy, truncated_is_weights
 from pubswap.config import GRPOConfig, LoraConfig
+from pubswap.learner import shared_prefix
 from pubswap.learner.logprobs import chunked_token_logprobs
 from pubswap.learner.microbatch import plan_micro_batches
 from pubswap.learner.policy import POLICIES
@@ -79,14 +80,16 @@ def pad_batch(samples: Sequence[Sample], pad_id: int) -> tuple[Tensor, Tensor, T
 
 @dataclass
 class MicroBatch:
-    """Rows `index` of a step, padded and on the trainer's device; `mask` marks the scored positions."""
+    """Rows `index` of a step on the trainer's device: padded rows (`mask` marks the scored positions),
+    or with `packed` one shared-prefix row of their groups (pubswap/learner/shared_prefix.py)."""
 
     index: list[int]
     ids: Tensor  # [n, T]
-    attn: Tensor  # [n, T]
-    mask: Tensor  # [n, T-1] bool: position t scores token t+1, a response token
+    attn: Tensor | None  # [n, T]
+    mask: Tensor | None  # [n, T-1] bool: position t scores token t+1, a response token
     advantages: Tensor  # [N] fp32: each scored token's sequence advantage (N = mask.sum())
     lengths: list[int]  # response tokens per row
+    packed: shared_prefix.PackedRow | None = None
 
     @property
     def tokens(self) -> int:
@@ -128,6 +131,7 @@ class GRPOTrainer:
             # non-reentrant checkpointing needs no input grads (the embeddings are frozen)
             self.causal().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.gradient_checkpointing = ckpt
+        self.shared_prefix = grpo.shared_prefix and shared_prefix.supported(self.causal())
         self.model.eval()
         self.anchor: Adapter = self.adapter()  # round-start global adapter (CPU)
         self._anchor_dev: dict[str, Tensor] = self._penalty_anchor()
@@ -209,35 +213,81 @@ class GRPOTrainer:
 
     # --- log-probs ----------------------------------------------------------------------------
 
-    def micro_batches(self, samples: Sequence[Sample]) -> list[MicroBatch]:
+    def micro_batches(self, samples: Sequence[Sample], shared: bool = False) -> list[MicroBatch]:
+        """The samples cut into micro-batches of at most `grpo.micro_batch_tokens` tokens: padded rows,
+        or with `shared` packed shared-prefix rows (each prompt once per micro-batch)."""
+        if shared:
+            return self._packed_micro_batches(samples)
         plan = plan_micro_batches([len(s) for s in samples], self.grpo.micro_batch_tokens)
         out = []
         for index in plan:
             rows = [samples[i] for i in index]
             ids, attn, mask = pad_batch(rows, self.pad_id)
-            lengths = [len(s.response_ids) for s in rows]
-            adv = torch.repeat_interleave(
-                torch.tensor([s.advantage for s in rows], dtype=torch.float32), torch.tensor(lengths)
-            )
             out.append(
                 MicroBatch(
-                    index,
-                    ids.to(self.device),
-                    attn.to(self.device),
-                    mask.bool().to(self.device),
-                    adv.to(self.device),
-                    lengths,
+                    index, ids.to(self.device), attn.to(self.device), mask.bool().to(self.device), *self._adv(rows)
                 )
             )
+        return out
+
+    def _adv(self, rows: Sequence[Sample]) -> tuple[Tensor, list[int]]:
+        """Each response token's advantage [N] (on the device) and the rows' response lengths."""
+        lengths = [len(s.response_ids) for s in rows]
+        adv = torch.repeat_interleave(
+            torch.tensor([s.advantage for s in rows], dtype=torch.float32), torch.tensor(lengths)
+        )
+        return adv.to(self.device), lengths
+
+    def _packed_micro_batches(self, samples: Sequence[Sample]) -> list[MicroBatch]:
+        """Shared-prefix micro-batches: samples with equal prompts form a group (in order of first
+        appearance); a group longer than the budget is cut between responses (its prompt repeated);
+        groups fill a packed row, in order, while prompt + responses tokens fit the budget."""
+        budget = self.grpo.micro_batch_tokens
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, s in enumerate(samples):
+            groups.setdefault(s.prompt_ids, []).append(i)
+        units: list[list[int]] = []  # sample indices sharing one prompt copy
+        for prompt, members in groups.items():
+            unit: list[int] = []
+            for i in members:
+                size = len(prompt) + sum(len(samples[j].response_ids) for j in unit + [i])
+                if unit and size > budget:
+                    units.append(unit)
+                    unit = []
+                unit.append(i)
+            units.append(unit)
+
+        def length(unit: list[int]) -> int:
+            return len(samples[unit[0]].prompt_ids) + sum(len(samples[i].response_ids) for i in unit)
+
+        plans: list[list[list[int]]] = []
+        for unit in units:
+            if plans and sum(map(length, plans[-1])) + length(unit) <= budget:
+                plans[-1].append(unit)
+            else:
+                plans.append([unit])
+        out = []
+        for plan in plans:
+            index = [i for unit in plan for i in unit]
+            packed = shared_prefix.pack(
+                [(samples[u[0]].prompt_ids, [samples[i].response_ids for i in u]) for u in plan]
+            )
+            rows = [samples[i] for i in index]
+            out.append(MicroBatch(index, packed.ids.to(self.device), None, None, *self._adv(rows), packed=packed))
         return out
 
     def logprobs(self, mb: MicroBatch, temperature: float, entropy: str = "") -> Tensor | tuple[Tensor, Tensor]:
         """[N] log-probs of the micro-batch's response tokens, row by row (grad flows when enabled);
         with `entropy` ("grad" / "value") also their [N] entropies."""
         causal = self.causal()  # the transformers model (with PEFT's LoRA layers inside)
-        hidden = causal.get_decoder()(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
-        scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
-        targets = mb.ids[:, 1:][mb.mask]
+        if mb.packed is not None:
+            shared_prefix.enable(causal)
+            scored = shared_prefix.hidden_states(causal.get_decoder(), mb.packed, self.device)
+            targets = mb.packed.targets.to(self.device)
+        else:
+            hidden = causal.get_decoder()(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
+            scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
+            targets = mb.ids[:, 1:][mb.mask]
         return chunked_token_logprobs(
             scored, targets, causal.get_output_embeddings(), temperature, self.grpo.logprob_chunk, entropy
         )
@@ -354,7 +404,7 @@ class GRPOTrainer:
             return {**dict.fromkeys(keys, 0.0), "micro_batches": 0, "updates": 0, "skipped_updates": 0}
         g = self.grpo
         ranges = self.mini_batches(len(samples))
-        plans = [self.micro_batches([samples[i] for i in r]) for r in ranges]
+        plans = [self.micro_batches([samples[i] for i in r], self.shared_prefix) for r in ranges]
         for r, mbs in zip(ranges, plans):  # micro-batch rows index the step's samples
             for mb in mbs:
                 mb.index = [r[i] for i in mb.index]
@@ -415,7 +465,7 @@ class GRPOTrainer:
             old_of = self._by_row(mbs, old_mbs)
             tis_of = self._by_row(mbs, tis_mbs) if tis_mbs and tis_mbs[0] is not None else None
             active = [i for i in r if i not in inert]
-            cut = self.micro_batches([samples[i] for i in active]) if active else []
+            cut = self.micro_batches([samples[i] for i in active], self.shared_prefix) if active else []
             for mb in cut:
                 mb.index = [active[i] for i in mb.index]
             new_plans.append(cut)
