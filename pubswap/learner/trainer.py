@@ -42,6 +42,7 @@ from pubswap.algorithms.cross_entropy import token_nll
 from pubswap.algorithms.grpo import grpo_loss, off_policy, truncated_is_weights
 from pubswap.config import GRPOConfig, LoraConfig
 from pubswap.learner import shared_prefix
+from pubswap.learner.gpu_budget import nograd_micro_batch_tokens
 from pubswap.learner.logprobs import chunked_token_logprobs
 from pubswap.learner.microbatch import plan_micro_batches
 from pubswap.learner.policy import POLICIES
@@ -131,6 +132,13 @@ class GRPOTrainer:
             # non-reentrant checkpointing needs no input grads (the embeddings are frozen)
             self.causal().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.gradient_checkpointing = ckpt
+        # the no-grad passes (old policy, reference) hold one layer's activations: larger micro-batches
+        self.nograd_tokens = grpo.nograd_micro_batch_tokens or nograd_micro_batch_tokens(
+            self.causal().config,
+            self.causal().get_input_embeddings().weight.element_size(),
+            ckpt,
+            grpo.micro_batch_tokens,
+        )
         self.shared_prefix = grpo.shared_prefix and shared_prefix.supported(self.causal())
         self.model.eval()
         self.anchor: Adapter = self.adapter()  # round-start global adapter (CPU)
@@ -213,12 +221,14 @@ class GRPOTrainer:
 
     # --- log-probs ----------------------------------------------------------------------------
 
-    def micro_batches(self, samples: Sequence[Sample], shared: bool = False) -> list[MicroBatch]:
-        """The samples cut into micro-batches of at most `grpo.micro_batch_tokens` tokens: padded rows,
-        or with `shared` packed shared-prefix rows (each prompt once per micro-batch)."""
+    def micro_batches(self, samples: Sequence[Sample], shared: bool = False, budget: int = 0) -> list[MicroBatch]:
+        """The samples cut into micro-batches of at most `budget` tokens (0: `grpo.micro_batch_tokens`, the
+        training passes'): padded rows, or with `shared` packed shared-prefix rows (each prompt once per
+        micro-batch)."""
+        budget = budget or self.grpo.micro_batch_tokens
         if shared:
-            return self._packed_micro_batches(samples)
-        plan = plan_micro_batches([len(s) for s in samples], self.grpo.micro_batch_tokens)
+            return self._packed_micro_batches(samples, budget)
+        plan = plan_micro_batches([len(s) for s in samples], budget)
         out = []
         for index in plan:
             rows = [samples[i] for i in index]
@@ -238,11 +248,10 @@ class GRPOTrainer:
         )
         return adv.to(self.device), lengths
 
-    def _packed_micro_batches(self, samples: Sequence[Sample]) -> list[MicroBatch]:
+    def _packed_micro_batches(self, samples: Sequence[Sample], budget: int) -> list[MicroBatch]:
         """Shared-prefix micro-batches: samples with equal prompts form a group (in order of first
         appearance); a group longer than the budget is cut between responses (its prompt repeated);
         groups fill a packed row, in order, while prompt + responses tokens fit the budget."""
-        budget = self.grpo.micro_batch_tokens
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, s in enumerate(samples):
             groups.setdefault(s.prompt_ids, []).append(i)
@@ -315,7 +324,7 @@ class GRPOTrainer:
         """Per-token log-probs of each response (CPU) under the current adapter (or the base model)."""
         if not samples:
             return []
-        mbs = self.micro_batches(samples)
+        mbs = self.micro_batches(samples, budget=self.nograd_tokens)
         out: list[Tensor | None] = [None] * len(samples)
         for mb, lp in zip(mbs, self._frozen_logprobs(mbs, temperature, use_adapter)):
             for i, part in zip(mb.index, torch.split(lp.cpu(), mb.lengths)):
@@ -408,14 +417,23 @@ class GRPOTrainer:
         for r, mbs in zip(ranges, plans):  # micro-batch rows index the step's samples
             for mb in mbs:
                 mb.index = [r[i] for i in mb.index]
-        old_and_entropy = [self.old_logprobs_and_entropy(mbs) for mbs in plans]
-        old = [lps for lps, _ in old_and_entropy]
+        nograd = plans  # the old-policy and reference passes' micro-batches: larger where they fit
+        if self.nograd_tokens > g.micro_batch_tokens:
+            nograd = [
+                self.micro_batches([samples[i] for i in r], self.shared_prefix, self.nograd_tokens) for r in ranges
+            ]
+            for r, mbs in zip(ranges, nograd):
+                for mb in mbs:
+                    mb.index = [r[i] for i in mb.index]
+        old_and_entropy = [self.old_logprobs_and_entropy(mbs) for mbs in nograd]
         tokens = [float(sum(mb.tokens for mb in mbs)) for mbs in plans]
         entropy = sum(e * n for (_, e), n in zip(old_and_entropy, tokens)) / sum(tokens)
-        ref = [self.ref_logprobs(mbs) for mbs in plans]
-        flat_mbs = [mb for mbs in plans for mb in mbs]
         off = off_policy(samples, owner)
-        metrics: dict[str, float] = self.nll(flat_mbs, [lp for lps in old for lp in lps], off)
+        metrics: dict[str, float] = self.nll(
+            [mb for mbs in nograd for mb in mbs], [lp for lps, _ in old_and_entropy for lp in lps], off
+        )
+        old = [self._regroup(n, lps, mbs) for n, (lps, _), mbs in zip(nograd, old_and_entropy, plans)]
+        ref = [self._regroup(n, self.ref_logprobs(n), mbs) for n, mbs in zip(nograd, plans)]
         # the weights depend only on the old log-probs: computed once, used by every epoch
         tis = [[self._tis_weights(mb, samples, lp, off) for mb, lp in zip(mbs, lps)] for mbs, lps in zip(plans, old)]
         totals = tokens  # the token-mean's denominators: every row's tokens, trained or not
@@ -472,6 +490,13 @@ class GRPOTrainer:
             new_old.append([torch.cat([old_of[i] for i in mb.index]) for mb in cut])
             new_tis.append([torch.cat([tis_of[i] for i in mb.index]) if tis_of else None for mb in cut])
         return new_plans, new_old, new_tis
+
+    def _regroup(self, nograd: Sequence[MicroBatch], per_mb: Sequence[Tensor | None], plan: Sequence[MicroBatch]):
+        """Per-token values computed over the no-grad micro-batches, cut into the training plan's."""
+        if nograd is plan or per_mb[0] is None:
+            return per_mb if nograd is plan else [None] * len(plan)
+        of = self._by_row(nograd, per_mb)
+        return [torch.cat([of[i] for i in mb.index]) for mb in plan]
 
     @staticmethod
     def _by_row(mbs: Sequence[MicroBatch], per_mb: Sequence[Tensor]) -> dict[int, Tensor]:

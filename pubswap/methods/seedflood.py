@@ -41,7 +41,7 @@ def zo_step(
     Returns the fp32 scalar lr * g (the message: with the seed it rebuilds the update anywhere, by
     pubswap.algorithms.gossip.apply_messages, which this step itself uses) and the step's metrics."""
     g = trainer.grpo
-    mbs = trainer.micro_batches(samples)
+    mbs = trainer.micro_batches(samples, budget=trainer.nograd_tokens)  # forward passes only
     n_tokens = float(sum(mb.tokens for mb in mbs))
     if objective != "grpo":  # label-words, sft: the targets' token cross-entropy
         metrics: dict[str, float] = {}
