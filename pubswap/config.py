@@ -202,6 +202,13 @@ class GRPOConfig(Section):
         1024, "positions per LM-head chunk: [chunk, vocab] fp32 logits at a time", resume=True, ge=1
     )
     gradient_checkpointing: bool | None = setting(None, "None: on when training on a GPU, off on CPU", resume=True)
+    lora_autocast: bool | None = setting(
+        None,
+        "LoRA's matmuls in the model dtype (bf16/fp16) under torch.autocast, its weights, gradients and AdamW "
+        "state kept in fp32 (PEFT otherwise computes them, and keeps their activations, in fp32); None: on for a "
+        "bf16/fp16 model on a GPU, off on CPU; never for float32 models or the full-parameter policy",
+        resume=True,
+    )
     shared_prefix: bool = setting(
         True,
         "GRPO passes compute each group's prompt once, its K responses attending to it (same loss and "

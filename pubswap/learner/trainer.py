@@ -30,6 +30,7 @@ are fp32. Adapters leave the trainer as CPU tensors (`adapter()`), for the engin
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -125,6 +126,7 @@ class GRPOTrainer:
         self.device = torch.device(device) if device is not None else default_device()
         base_model.config.use_cache = False
         base_model.to(self.device)
+        model_dtype = base_model.get_input_embeddings().weight.dtype
         self.policy = POLICIES[policy]()
         self.model, self.lora_config = self.policy.build(base_model, lora, base_model_name, strategy, grpo.kl_coef)
         ckpt = grpo.gradient_checkpointing if grpo.gradient_checkpointing is not None else self.device.type == "cuda"
@@ -132,6 +134,9 @@ class GRPOTrainer:
             # non-reentrant checkpointing needs no input grads (the embeddings are frozen)
             self.causal().gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.gradient_checkpointing = ckpt
+        autocast = grpo.lora_autocast if grpo.lora_autocast is not None else self.device.type == "cuda"
+        low = model_dtype in (torch.bfloat16, torch.float16) and policy == "lora"
+        self.autocast_dtype = model_dtype if autocast and low else None  # LoRA's compute dtype (None: fp32)
         # the no-grad passes (old policy, reference) hold one layer's activations: larger micro-batches
         self.nograd_tokens = grpo.nograd_micro_batch_tokens or nograd_micro_batch_tokens(
             self.causal().config,
@@ -240,6 +245,20 @@ class GRPOTrainer:
             )
         return out
 
+    def _lora_compute(self):
+        """The decoder's forward context: with `autocast_dtype`, autocast to it, and PEFT's LoRA layers
+        not casting their inputs to fp32, so LoRA's matmuls and saved activations are in the model dtype
+        while its weights (cast on the fly), gradients and AdamW state stay fp32. Gradient checkpointing
+        recomputes under the same autocast (torch.utils.checkpoint keeps it)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        from peft.helpers import disable_input_dtype_casting
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autocast(self.device.type, dtype=self.autocast_dtype))
+        stack.enter_context(disable_input_dtype_casting(self.model))
+        return stack
+
     def _adv(self, rows: Sequence[Sample]) -> tuple[Tensor, list[int]]:
         """Each response token's advantage [N] (on the device) and the rows' response lengths."""
         lengths = [len(s.response_ids) for s in rows]
@@ -289,14 +308,16 @@ class GRPOTrainer:
         """[N] log-probs of the micro-batch's response tokens, row by row (grad flows when enabled);
         with `entropy` ("grad" / "value") also their [N] entropies."""
         causal = self.causal()  # the transformers model (with PEFT's LoRA layers inside)
-        if mb.packed is not None:
-            shared_prefix.enable(causal)
-            scored = shared_prefix.hidden_states(causal.get_decoder(), mb.packed, self.device)
-            targets = mb.packed.targets.to(self.device)
-        else:
-            hidden = causal.get_decoder()(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
-            scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
-            targets = mb.ids[:, 1:][mb.mask]
+        with self._lora_compute():
+            if mb.packed is not None:
+                shared_prefix.enable(causal)
+                scored = shared_prefix.hidden_states(causal.get_decoder(), mb.packed, self.device)
+                targets = mb.packed.targets.to(self.device)
+            else:
+                decoder = causal.get_decoder()
+                hidden = decoder(input_ids=mb.ids, attention_mask=mb.attn, use_cache=False).last_hidden_state
+                scored = hidden[:, :-1][mb.mask]  # only response positions reach the LM head: [N, H]
+                targets = mb.ids[:, 1:][mb.mask]
         return chunked_token_logprobs(
             scored, targets, causal.get_output_embeddings(), temperature, self.grpo.logprob_chunk, entropy
         )
