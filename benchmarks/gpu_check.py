@@ -7,10 +7,14 @@ Parts, each run on its own and reported even when an earlier one failed:
   1. exactness on the GPU: the micro-batched step equals the full-batch step (fp32 tiny model)
   2. Qwen3-1.7B's architecture (configs/models/qwen3-1.7b.json, random weights, vocab 151,936) as the
      trainer holds it (bf16 base, fp32 LoRA r=32 on all linear layers, gradient checkpointing): one
-     GRPO step at the paper's shape, b x K = 64 sequences of 1024 + 2048 tokens, 2 gradient epochs,
-     on the micro-batched path; peak GPU memory, step time, tokens/s
-  3. determinism: the same step twice under `deterministic` switches, bitwise or not, and its cost
-  4. a rollout of b=8 prompts x K=8 responses: vLLM if importable, else transformers' generate
+     GRPO step at the paper's shape, b=8 prompts of 1024 tokens x K=8 responses of 410-2048 tokens
+     (ragged), 2 gradient epochs, with the trainer's defaults (shared-prefix packed rows, LoRA under
+     bf16 autocast, larger no-grad micro-batches); peak GPU memory, step time, tokens/s
+  3. step_variants: one step of b=2 x K=8 at the same lengths, padded rows with fp32 LoRA (the previous
+     step), shared-prefix rows, and shared-prefix rows with bf16 LoRA: time and peak memory, ratios
+  4. determinism: the same step twice under `deterministic` switches, bitwise or not, and its cost
+  5. a rollout of b=8 prompts x K=8 responses: vLLM if importable, else transformers' generate
+  6. nccl: a one-rank NCCL allreduce through cupy (what ray.util.collective's NCCL backend calls)
 Prints one `RESULT name key=value ...` line per part.
 """
 
@@ -67,6 +71,23 @@ def _samples(n: int, prompt_len: int, response_len: int, vocab: int, seed: int =
                 advantage=float(torch.randn((), generator=g)),
             )
         )
+    return out
+
+
+def _groups(prompts: int, k: int, prompt_len: int, response_len: int, vocab: int, seed: int = 1):
+    """GRPO groups: `prompts` prompts with `k` responses each, of 0.2-1.0 x response_len tokens."""
+    import torch
+
+    from pubswap.learner.trainer import Sample
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(prompts):
+        prompt = tuple(torch.randint(0, vocab, (prompt_len,), generator=g).tolist())
+        for i in range(k):
+            r = max(1, int(response_len * (0.2 + 0.8 * (i % 5) / 4)))
+            adv = float(torch.randn((), generator=g))
+            out.append(Sample(prompt, tuple(torch.randint(0, vocab, (r,), generator=g).tolist()), advantage=adv))
     return out
 
 
@@ -147,7 +168,7 @@ def _paper_step(args, deterministic: bool = False, repeats: int = 1):
         micro_batch_tokens=args.micro_batch_tokens, logprob_chunk=args.logprob_chunk, gradient_checkpointing=True
     )
     trainer = GRPOTrainer(model, LoraConfig(r=32, alpha=64), grpo, device=_device())
-    samples = _samples(args.seqs, args.prompt_len, args.response_len, cfg.vocab_size)
+    samples = _groups(max(1, args.seqs // 8), 8, args.prompt_len, args.response_len, cfg.vocab_size)
     start = trainer.adapter()
     outs, times = [], []
     for _ in range(repeats):
@@ -161,22 +182,25 @@ def _paper_step(args, deterministic: bool = False, repeats: int = 1):
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
         outs.append(trainer.adapter())
-    return trainer, metrics, times, outs, cfg
+    return trainer, metrics, times, outs, cfg, samples
 
 
 @part
 def paper_step(args):
     import torch
 
-    trainer, metrics, times, _, cfg = _paper_step(args)
-    tokens = args.seqs * (args.prompt_len + args.response_len)
+    trainer, metrics, times, _, cfg, samples = _paper_step(args)
+    tokens = sum(len(s) for s in samples)
     peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
     reserved = torch.cuda.max_memory_reserved() / 2**30 if torch.cuda.is_available() else float("nan")
     result(
         "paper_step",
         model="qwen3-1.7b-arch" + ("-smoke" if args.smoke else ""),
-        seqs=args.seqs,
-        tokens_per_seq=args.prompt_len + args.response_len,
+        seqs=len(samples),
+        tokens=tokens,
+        shared_prefix=trainer.shared_prefix,
+        lora_autocast=trainer.autocast_dtype is not None,
+        nograd_micro_batch_tokens=trainer.nograd_tokens,
         vocab=cfg.vocab_size,
         micro_batches=metrics["micro_batches"],
         peak_alloc_gib=f"{peak:.1f}",
@@ -188,17 +212,74 @@ def paper_step(args):
 
 
 @part
+def step_variants(args):
+    """The same b=2 x K=8 step: padded rows + fp32 LoRA, shared-prefix rows, shared-prefix + bf16 LoRA."""
+    import torch
+
+    small = argparse.Namespace(**{**vars(args), "seqs": 16})
+    trainer, _, _, _, _, samples = _paper_step(small)
+    start = trainer.adapter()
+    bf16 = trainer.autocast_dtype
+    rows = {}
+    for name, shared, autocast in [
+        ("padded_fp32lora", False, None),
+        ("shared", True, None),
+        ("shared_bf16lora", True, bf16),
+    ]:
+        trainer.shared_prefix, trainer.autocast_dtype = shared, autocast
+        times, peak = [], float("nan")
+        for _ in range(2):  # the first warms up
+            trainer.set_adapter(start)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            t = time.perf_counter()
+            trainer.step(samples)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated() / 2**30
+            times.append(time.perf_counter() - t)
+        rows[name] = (times[-1], peak)
+    base_s, base_gib = rows["padded_fp32lora"]
+    result(
+        "step_variants",
+        seqs=len(samples),
+        **{f"{n}_s": f"{s:.2f}" for n, (s, _) in rows.items()},
+        **{f"{n}_peak_gib": f"{m:.1f}" for n, (_, m) in rows.items()},
+        **{f"{n}_time_ratio": f"{s / base_s:.2f}" for n, (s, _) in rows.items() if n != "padded_fp32lora"},
+        **{f"{n}_mem_ratio": f"{m / base_gib:.2f}" for n, (_, m) in rows.items() if n != "padded_fp32lora"},
+    )
+
+
+@part
+def nccl(args):
+    """One rank, one GPU: the NCCL communicator and allreduce that ray.util.collective's backend uses."""
+    import cupy
+    from cupy.cuda import nccl as cnccl
+
+    comm = cnccl.NcclCommunicator(1, cnccl.get_unique_id(), 0)
+    x = cupy.arange(1 << 20, dtype=cupy.float32)
+    stream = cupy.cuda.Stream.null
+    t = time.perf_counter()
+    comm.allReduce(x.data.ptr, x.data.ptr, x.size, cnccl.NCCL_FLOAT32, cnccl.NCCL_SUM, stream.ptr)
+    stream.synchronize()
+    s = time.perf_counter() - t
+    ok = bool((x == cupy.arange(1 << 20, dtype=cupy.float32)).all())  # one rank: the sum is itself
+    result("nccl", version=cnccl.get_version(), elements=x.size, seconds=f"{s:.4f}", ok=ok)
+
+
+@part
 def determinism(args):
     import torch
 
     seqs = min(args.seqs, 8)
     small = argparse.Namespace(**{**vars(args), "seqs": seqs})
-    _, _, t_default, outs, _ = _paper_step(small, repeats=2)
+    _, _, t_default, outs, _, _ = _paper_step(small, repeats=2)
     same_default = all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])
     os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        _, _, t_det, outs, _ = _paper_step(small, repeats=2)
+        _, _, t_det, outs, _, _ = _paper_step(small, repeats=2)
         same_det = all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])
     finally:
         torch.use_deterministic_algorithms(False)
@@ -340,7 +421,7 @@ def main() -> None:
     ap.add_argument(
         "--gen-tokens", type=int, default=512, help="new tokens per rollout sequence (random weights never stop early)"
     )
-    ap.add_argument("--parts", default="exactness,paper_step,determinism,rollout")
+    ap.add_argument("--parts", default="exactness,paper_step,step_variants,determinism,rollout,nccl")
     args = ap.parse_args()
     if args.smoke:
         args.seqs, args.prompt_len, args.response_len, args.gen_tokens = 4, 32, 64, 16
@@ -356,7 +437,14 @@ def main() -> None:
         print("no CUDA device: the full-size parts would take hours on a CPU; use --smoke here", flush=True)
         sys.exit(2)
     t = time.perf_counter()
-    parts = {"exactness": exactness, "paper_step": paper_step, "determinism": determinism, "rollout": rollout}
+    parts = {
+        "exactness": exactness,
+        "paper_step": paper_step,
+        "step_variants": step_variants,
+        "determinism": determinism,
+        "rollout": rollout,
+        "nccl": nccl,
+    }
     for p in args.parts.split(","):
         parts[p](args)
     print(f"\ntotal {time.perf_counter() - t:.0f}s", flush=True)
