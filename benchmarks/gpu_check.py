@@ -15,6 +15,9 @@ Parts, each run on its own and reported even when an earlier one failed:
   4. determinism: the same step twice under `deterministic` switches, bitwise or not, and its cost
   5. a rollout of b=8 prompts x K=8 responses: vLLM if importable, else transformers' generate
   6. nccl: a one-rank NCCL allreduce through cupy (what ray.util.collective's NCCL backend calls)
+  7. engine_vs_trainer: a vLLM engine in LoRA mode (actors/rollout.py, sleep mode on a GPU) serving the
+     trainer's live adapter, saved as a PEFT folder: its prompt log-probs against the trainer's, awake
+     and after a sleep/wake cycle (tiny random model from tests/tiny_model.py; needs vLLM)
 Prints one `RESULT name key=value ...` line per part.
 """
 
@@ -269,6 +272,60 @@ def nccl(args):
 
 
 @part
+def engine_vs_trainer(args):
+    """The engine's and the trainer's log-probs of the same tokens under the same live adapter."""
+    import shutil
+    import tempfile
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from tiny_model import build_tiny_model
+
+    from actors.rollout import VLLMEngine
+    from pubswap.config import GRPOConfig, LoraConfig
+    from pubswap.learner.trainer import GRPOTrainer, Sample
+    from pubswap.lora import save_adapter
+
+    cuda = torch.cuda.is_available()
+    dtype = "bfloat16" if cuda else "float32"
+    folder = Path(tempfile.mkdtemp(prefix="gpu_check_engine_"))
+    try:
+        model_dir = build_tiny_model(folder / "model")
+        trainer = GRPOTrainer.load(str(model_dir), LoraConfig(r=8, alpha=16), GRPOConfig(), dtype=dtype)
+        torch.manual_seed(5)  # a non-zero B: the adapter changes the log-probs
+        trainer.set_adapter({k: v + torch.randn_like(v) * 0.1 for k, v in trainer.adapter().items()})
+        adapter_dir = save_adapter(folder / "adapter", trainer.adapter(), trainer.lora_config)
+        engine = VLLMEngine(str(model_dir), 8, 128, dtype, 0, merged=False, sleep_mode=cuda)
+        engine.set_adapter(str(adapter_dir), key=1)
+        g = torch.Generator().manual_seed(0)
+        vocab = trainer.causal().config.vocab_size
+        prompt = tuple(torch.randint(3, vocab, (24,), generator=g).tolist())
+        response = tuple(torch.randint(3, vocab, (16,), generator=g).tolist())
+        (own,) = trainer.response_logprobs([Sample(prompt, response, 0.0)], 1.0)
+        diffs = {}
+        for phase in ("awake", "after_sleep"):
+            if phase == "after_sleep":
+                engine.sleep()  # a no-op without sleep mode (CPU)
+            lps = engine.prompt_logprobs(prompt + response, key=1)[len(prompt) - 1 :]
+            diffs[phase] = (torch.tensor(lps) - own.float()).abs().max().item()
+        base = engine.prompt_logprobs(prompt + response, key=0)[len(prompt) - 1 :]
+        moved = (torch.tensor(base) - own.float()).abs().max().item()  # the adapter is really served
+        tol = 5e-2 if dtype == "bfloat16" else 1e-3
+        result(
+            "engine_vs_trainer",
+            dtype=dtype,
+            sleep_mode=engine.sleep_mode,
+            max_abs_diff_awake=f"{diffs['awake']:.2e}",
+            max_abs_diff_after_sleep=f"{diffs['after_sleep']:.2e}",
+            base_model_diff=f"{moved:.2e}",
+            ok=max(diffs.values()) <= tol < moved,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@part
 def determinism(args):
     import torch
 
@@ -421,7 +478,7 @@ def main() -> None:
     ap.add_argument(
         "--gen-tokens", type=int, default=512, help="new tokens per rollout sequence (random weights never stop early)"
     )
-    ap.add_argument("--parts", default="exactness,paper_step,step_variants,determinism,rollout,nccl")
+    ap.add_argument("--parts", default="exactness,paper_step,step_variants,determinism,rollout,nccl,engine_vs_trainer")
     args = ap.parse_args()
     if args.smoke:
         args.seqs, args.prompt_len, args.response_len, args.gen_tokens = 4, 32, 64, 16
@@ -444,6 +501,7 @@ def main() -> None:
         "determinism": determinism,
         "rollout": rollout,
         "nccl": nccl,
+        "engine_vs_trainer": engine_vs_trainer,
     }
     for p in args.parts.split(","):
         parts[p](args)
