@@ -196,17 +196,15 @@ def read_cell(run_dir: Path) -> dict:
 
     summary = json.loads((run_dir / "summary.json").read_text())
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    drift = [math.sqrt(sum(r["drift_sq"]) / len(r["drift_sq"])) for r in records if r.get("drift_sq")]
+    drift = [(r["round"], math.sqrt(sum(r["drift_sq"]) / len(r["drift_sq"]))) for r in records if r.get("drift_sq")]
     curve = [(0, summary["base_pass@1"])] + [(r["round"], r["pass@1"]) for r in records if "pass@1" in r]
     mb = comm_mb(run_dir)
     return {
         "final": summary["final_pass@1"],
         "base": summary["base_pass@1"],
         "wall_s": summary.get("wall_s"),
-        "drift": sum(drift) / len(drift) if drift else None,
-        "drift_by_round": [
-            (r["round"], math.sqrt(sum(r["drift_sq"]) / len(r["drift_sq"]))) for r in records if r.get("drift_sq")
-        ],
+        "drift": sum(d for _, d in drift) / len(drift) if drift else None,
+        "drift_by_round": drift,
         "curve": curve,
         "mb": (mb["adapter_mb"] or 0.0) + (mb["public_mb"] or 0.0) if mb["adapter_mb"] is not None else None,
     }

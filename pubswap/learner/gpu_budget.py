@@ -70,17 +70,29 @@ def model_shape(config, lora_r: int, lora_alpha: int, target_modules: list[str])
     params = sum(p.numel() for p in model.parameters())
     peft = get_peft_model(model, peft_lora_config(lora_r, lora_alpha, target_modules))
     lora = sum(p.numel() for p in peft.parameters() if p.requires_grad)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    layers, hidden, intermediate, q_dim, kv_dim = _dims(config)
     return ModelShape(
         params=params,
-        layers=config.num_hidden_layers,
-        hidden=config.hidden_size,
-        intermediate=getattr(config, "intermediate_size", 4 * config.hidden_size),
-        q_dim=config.num_attention_heads * head_dim,
-        kv_dim=kv_heads * head_dim,
+        layers=layers,
+        hidden=hidden,
+        intermediate=intermediate,
+        q_dim=q_dim,
+        kv_dim=kv_dim,
         vocab=config.vocab_size,
         lora_params=lora,
+    )
+
+
+def _dims(config) -> tuple[int, int, int, int, int]:
+    """(layers, hidden, intermediate, heads x head dim, KV heads x head dim) of a transformers config."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return (
+        config.num_hidden_layers,
+        config.hidden_size,
+        getattr(config, "intermediate_size", None) or 4 * config.hidden_size,
+        config.num_attention_heads * head_dim,
+        kv_heads * head_dim,
     )
 
 
@@ -106,17 +118,7 @@ def nograd_micro_batch_tokens(config, dtype_bytes: int, gradient_checkpointing: 
     `config`: as many tokens as fit in the training micro-batch's activation memory, at least
     `micro_batch_tokens` and at most NOGRAD_FACTOR_CAP times it (the LM head's logits are chunked
     alike in both, so they do not grow with the budget)."""
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    train, nograd = activation_bytes_per_token(
-        config.num_hidden_layers,
-        config.hidden_size,
-        getattr(config, "intermediate_size", None) or 4 * config.hidden_size,
-        heads * head_dim,
-        kv_heads * head_dim,
-        dtype_bytes,
-    )
+    train, nograd = activation_bytes_per_token(*_dims(config), dtype_bytes)
     factor = min(NOGRAD_FACTOR_CAP, max(1.0, train[gradient_checkpointing] / nograd))
     return int(micro_batch_tokens * factor)
 
@@ -135,8 +137,8 @@ def trainer_need(
     full-parameter methods (every weight trained), "" for LoRA."""
     b = DTYPE_BYTES[dtype]
     s = shape
-    train, nograd = activation_bytes_per_token(s.layers, s.hidden, s.intermediate, s.q_dim, s.kv_dim, b)
-    acts = micro_batch_tokens * (train[gradient_checkpointing])
+    train, _ = activation_bytes_per_token(s.layers, s.hidden, s.intermediate, s.q_dim, s.kv_dim, b)
+    acts = micro_batch_tokens * train[gradient_checkpointing]
     if full:
         trained = {
             "fp32 weights+grad": s.params * 4 * (2 if full == "adamw" else 1),

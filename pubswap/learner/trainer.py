@@ -434,18 +434,10 @@ class GRPOTrainer:
             return {**dict.fromkeys(keys, 0.0), "micro_batches": 0, "updates": 0, "skipped_updates": 0}
         g = self.grpo
         ranges = self.mini_batches(len(samples))
-        plans = [self.micro_batches([samples[i] for i in r], self.shared_prefix) for r in ranges]
-        for r, mbs in zip(ranges, plans):  # micro-batch rows index the step's samples
-            for mb in mbs:
-                mb.index = [r[i] for i in mb.index]
+        plans = [self._step_micro_batches(samples, r) for r in ranges]
         nograd = plans  # the old-policy and reference passes' micro-batches: larger where they fit
         if self.nograd_tokens > g.micro_batch_tokens:
-            nograd = [
-                self.micro_batches([samples[i] for i in r], self.shared_prefix, self.nograd_tokens) for r in ranges
-            ]
-            for r, mbs in zip(ranges, nograd):
-                for mb in mbs:
-                    mb.index = [r[i] for i in mb.index]
+            nograd = [self._step_micro_batches(samples, r, self.nograd_tokens) for r in ranges]
         old_and_entropy = [self.old_logprobs_and_entropy(mbs) for mbs in nograd]
         tokens = [float(sum(mb.tokens for mb in mbs)) for mbs in plans]
         entropy = sum(e * n for (_, e), n in zip(old_and_entropy, tokens)) / sum(tokens)
@@ -501,22 +493,26 @@ class GRPOTrainer:
         weights cut from the full plans' (computed on every row: the NLL metrics cover them all)."""
         new_plans, new_old, new_tis = [], [], []
         for r, mbs, old_mbs, tis_mbs in zip(ranges, plans, old, tis):
-            old_of = self._by_row(mbs, old_mbs)
-            tis_of = self._by_row(mbs, tis_mbs) if tis_mbs and tis_mbs[0] is not None else None
             active = [i for i in r if i not in inert]
-            cut = self.micro_batches([samples[i] for i in active], self.shared_prefix) if active else []
-            for mb in cut:
-                mb.index = [active[i] for i in mb.index]
+            cut = self._step_micro_batches(samples, active) if active else []
             new_plans.append(cut)
-            new_old.append([torch.cat([old_of[i] for i in mb.index]) for mb in cut])
-            new_tis.append([torch.cat([tis_of[i] for i in mb.index]) if tis_of else None for mb in cut])
+            new_old.append(self._regroup(mbs, old_mbs, cut))
+            new_tis.append(self._regroup(mbs, tis_mbs, cut))
         return new_plans, new_old, new_tis
 
-    def _regroup(self, nograd: Sequence[MicroBatch], per_mb: Sequence[Tensor | None], plan: Sequence[MicroBatch]):
-        """Per-token values computed over the no-grad micro-batches, cut into the training plan's."""
-        if nograd is plan or per_mb[0] is None:
-            return per_mb if nograd is plan else [None] * len(plan)
-        of = self._by_row(nograd, per_mb)
+    def _step_micro_batches(self, samples: Sequence[Sample], rows: Sequence[int], budget: int = 0) -> list[MicroBatch]:
+        """Micro-batches of the step's rows `rows` (shared-prefix where supported), indexing the step's samples."""
+        mbs = self.micro_batches([samples[i] for i in rows], self.shared_prefix, budget)
+        for mb in mbs:
+            mb.index = [rows[i] for i in mb.index]
+        return mbs
+
+    def _regroup(self, source: Sequence[MicroBatch], per_mb: Sequence[Tensor | None], plan: Sequence[MicroBatch]):
+        """Per-token values computed over the micro-batches `source`, cut into those of `plan` (the same
+        rows or fewer); None values stay None."""
+        if source is plan or per_mb[0] is None:
+            return per_mb if source is plan else [None] * len(plan)
+        of = self._by_row(source, per_mb)
         return [torch.cat([of[i] for i in mb.index]) for mb in plan]
 
     @staticmethod
