@@ -44,7 +44,7 @@ from pubswap.config import RunConfig, from_dict
 from pubswap.data.client_rows import load_client_rows
 from pubswap.data.order import private_batch, private_steps_before
 from pubswap.data.prompt_length import prompt_ids, uses_chat_template
-from pubswap.data.rewards import in_format, make_row_reward
+from pubswap.data.rewards import in_format, make_benchmark_reward, make_row_reward
 from pubswap.data.rows import DataError, Row
 from pubswap.data.split import rows_sha256
 from pubswap.learner.trainer import DTYPES, GRPOTrainer, Sample
@@ -155,7 +155,7 @@ class ClientCore:
                 r.backend,
                 model_dir,
                 lora_rank=c.lora.max_r,
-                max_model_len=c.model.max_prompt_len + c.model.max_response_len,
+                max_model_len=c.max_model_len,
                 dtype=c.model.dtype,
                 seed=c.seed,
                 tokenizer=self.tokenizer,
@@ -348,14 +348,14 @@ class ClientCore:
 
     # --- rollouts ----------------------------------------------------------------------------
 
-    def prompt_ids(self, row: Row | str) -> tuple[int, ...]:
+    def prompt_ids(self, row: Row | str, limit: int | None = None) -> tuple[int, ...]:
+        """The prompt's token ids; over `limit` (default model.max_prompt_len; a benchmark's: the suite's
+        budget) is an error, since the driver drops such rows before they reach an actor."""
         row = Row(row, "", "") if isinstance(row, str) else row
         ids = prompt_ids(self.tokenizer, row.prompt, row.context, self.cfg.model.prompt_format)
-        if len(ids) > self.cfg.model.max_prompt_len:  # the driver drops such rows before the split
-            raise ValueError(
-                f"a prompt of {len(ids)} tokens exceeds model.max_prompt_len="
-                f"{self.cfg.model.max_prompt_len}: {row.prompt[:80]!r}..."
-            )
+        limit = limit or self.cfg.model.max_prompt_len
+        if len(ids) > limit:
+            raise ValueError(f"a prompt of {len(ids)} tokens exceeds its budget of {limit}: {row.prompt[:80]!r}...")
         return tuple(ids)
 
     def _rollout(
@@ -366,15 +366,20 @@ class ClientCore:
         seed_keys: tuple,
         phase: str = "gen",
         seed_index: Sequence[int] | None = None,
+        reward_fn=None,
+        prompt_limit: int | None = None,
     ) -> list[tuple[list[tuple[int, ...]], list[list[Response]]]]:
         """One engine call for every (client id, [row, ...]) request; per request the prompt ids and the
         scored groups. Prompt i of client c is seeded by (seed_keys, c, i), or with `seed_index` (one
-        request) by (seed_keys, seed_index[i]): the same seed wherever the prompt is answered."""
+        request) by (seed_keys, seed_index[i]): the same seed wherever the prompt is answered. `reward_fn`
+        (response, row) scores them instead of the run's reward (a benchmark's own verifier), and
+        `prompt_limit` is then the benchmark prompts' token budget."""
+        reward_fn = reward_fn or self.reward_fn
         pids, seeds, keys, answers = [], [], [], []
         for cid, batch in requests:
             for i, row in enumerate(batch):
                 row = as_row(row)
-                pids.append(self.prompt_ids(row))
+                pids.append(self.prompt_ids(row, prompt_limit))
                 seeds.append(
                     derive_seed(self.cfg.seed, *seed_keys, cid, i)
                     if seed_index is None
@@ -406,7 +411,7 @@ class ClientCore:
                 group = []
                 for c in completions:
                     text = self.tokenizer.decode(list(c.token_ids), skip_special_tokens=True)
-                    reward = self.reward_fn(text, row)
+                    reward = reward_fn(text, row)
                     group.append(
                         Response(
                             text=text,
@@ -470,7 +475,8 @@ class ClientCore:
 
     def label_ids(self, word: str) -> tuple[int, ...]:
         """The tokens of a label word as it follows this client's prompts (objective label-words)."""
-        plain = not uses_chat_template(self.tokenizer, self.cfg.model.prompt_format)
+        fmt = self.cfg.model.prompt_format
+        plain = fmt != "alpaca" and not uses_chat_template(self.tokenizer, fmt)  # Alpaca's prompt ends in a space
         return tuple(self.tokenizer(label_text(word, plain), add_special_tokens=False)["input_ids"])
 
     def target_ids(self, row: Row) -> tuple[int, ...]:
@@ -508,12 +514,14 @@ class ClientCore:
         )
         return metrics
 
-    def _label_accuracy(self, rows: Sequence[Row]) -> list[list[float]]:
+    def _label_accuracy(self, rows: Sequence[Row], prompt_limit: int | None = None) -> list[list[float]]:
         """Per row [1.0] when its most likely label word (under the trainer's live weights) is its label."""
         for row in rows:
             if not row.choices or row.answer not in row.choices:
                 raise ValueError(f"objective label-words: a test row has no label words or its label is not one: {row}")
-        samples = [Sample(self.prompt_ids(row), self.label_ids(c), 0.0) for row in rows for c in row.choices]
+        samples = [
+            Sample(self.prompt_ids(row, prompt_limit), self.label_ids(c), 0.0) for row in rows for c in row.choices
+        ]
         logp, scores, at = self.trainer.sequence_logprobs(samples), [], 0
         for row in rows:
             scores.append(logp[at : at + len(row.choices)])
@@ -620,22 +628,32 @@ class ClientCore:
 
     @timed_call
     def evaluate(
-        self, rows: Sequence[Row], round_idx: int, adapter: Adapter | None = None, index: Sequence[int] | None = None
+        self,
+        rows: Sequence[Row],
+        round_idx: int,
+        adapter: Adapter | None = None,
+        index: Sequence[int] | None = None,
+        scoring: str | None = None,
     ) -> dict:
         """The global adapter's (or `adapter`'s: the decentralized clients' average) `eval_n` responses per
         test prompt: {"rewards": per prompt, "in_format": per prompt}. `index`: the rows' positions in the
         test set, which seed their sampling, so a score does not depend on how many actors share the test
-        set or which clients they host."""
+        set or which clients they host. `scoring` (a benchmark's, pubswap/data/board_evals.py): choice
+        (the most likely of the row's choices), code or math; None: the run's own objective and reward."""
         if not rows:
             return {"rewards": [], "in_format": []}
         client = self.clients[self.ids[0]]
         maybe_crash("client", round_idx, 0, "evaluate", client.id)
         own, target = client.adapter, (self.global_adapter if adapter is None else adapter)
-        if self.cfg.objective == "label-words":  # scored by the trainer: no sampling
+        verifier, reward_fn = self.cfg.data.verifier, None
+        limit = self.cfg.suite_prompt_len if scoring else None
+        if scoring in ("code", "math"):
+            verifier, reward_fn = scoring, make_benchmark_reward(scoring)
+        if scoring == "choice" or (scoring is None and self.cfg.objective == "label-words"):  # by the trainer
             with self.timer.phase("eval"):
                 self.trainer.load_weights(target)
                 self._active = None  # the trainer holds `target`, no client's weights
-                rewards = self._label_accuracy([as_row(r) for r in rows])
+                rewards = self._label_accuracy([as_row(r) for r in rows], limit)
             return {"rewards": rewards, "in_format": [[True] for _ in rewards]}
         if own is not target:  # a client of lower rank, or a decentralized client: serve `target` meanwhile
             client.adapter = target
@@ -648,6 +666,8 @@ class ClientCore:
                 ("eval", round_idx),
                 phase="eval",
                 seed_index=index,
+                reward_fn=reward_fn,
+                prompt_limit=limit,
             )
         finally:
             if own is not target:
@@ -655,7 +675,7 @@ class ClientCore:
                 self._sync_engine(client.id)
         return {
             "rewards": [[r.reward for r in g] for g in groups],
-            "in_format": [[in_format(r.text, self.cfg.data.verifier) for r in g] for g in groups],
+            "in_format": [[in_format(r.text, verifier) for r in g] for g in groups],
         }
 
     def engine_logprobs(self, token_ids: Sequence[int], cid: int | None = None) -> list[float]:

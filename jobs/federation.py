@@ -34,7 +34,7 @@ from pubswap.algorithms.evaluation import Score, score
 from pubswap.algorithms.participation import participants
 from pubswap.algorithms.topology import make_topology
 from pubswap.config import RunConfig
-from pubswap.data.rows import DataError
+from pubswap.data.rows import DataError, Row
 from pubswap.data.split import FederatedSplit
 from pubswap.learner.gpu_budget import GpuBudgetError, model_shape
 from pubswap.learner.gpu_budget import plan as plan_budget
@@ -347,14 +347,20 @@ class Federation(ServerRounds, GossipRounds):
         ]
         return {"step": step, "public": False, "clients": self._per_client(self._call(refs))}
 
-    def evaluate(self, round_idx: int, adapter: Adapter | None = None) -> Score:
-        """pass@1 (mean@eval_n) of the global adapter (or `adapter`) on the test set, split across the actors."""
+    def evaluate(
+        self, round_idx: int, adapter: Adapter | None = None, rows: Sequence[Row] | None = None, scoring=None
+    ) -> Score:
+        """pass@1 (mean@eval_n) of the global adapter (or `adapter`) on the test set, or on `rows` scored by
+        `scoring` (a benchmark, pubswap/data/board_evals.py), split across the actors."""
         n = len(self.actors)
-        shards = self._call([self.server.test_shards.remote(n)])[0]  # actor a: test rows a, a + n, ...
+        if rows is None:
+            shards = self._call([self.server.test_shards.remote(n)])[0]  # actor a: test rows a, a + n, ...
+        else:
+            shards = [list(rows[k::n]) for k in range(n)]
         ref = None if adapter is None else ray.put(adapter)
         per_actor = self._call(
             [
-                a.evaluate.remote(s, round_idx, ref, [k + i * n for i in range(len(s))])
+                a.evaluate.remote(s, round_idx, ref, [k + i * n for i in range(len(s))], scoring)
                 for k, (a, s) in enumerate(zip(self.actors, shards))
             ]
         )

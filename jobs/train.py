@@ -24,9 +24,12 @@ from pathlib import Path
 
 from jobs.console import actor_env, progress, quiet_driver
 from jobs.job_watch import stop_with_parent
+from pubswap.algorithms.evaluation import Score
 from pubswap.config import ConfigError, RunConfig, load_config, resume_conflicts
 from pubswap.data import dirichlet_split, format_histogram
+from pubswap.data.board_evals import BENCHMARKS, in_domain_average, load_benchmark
 from pubswap.data.prompt_length import drop_long_prompts, prompt_ids, uses_chat_template
+from pubswap.data.rows import DataError
 from pubswap.data.sources import load_source
 from pubswap.data.split import FederatedSplit, public_and_test
 from pubswap.methods import RoundContext, eval_record
@@ -75,30 +78,65 @@ EXIT_STORAGE_FULL = 4  # jobs.supervise does not resubmit it: the next attempt w
 EXIT_RUN_DIR_BUSY = 5  # another live driver holds run_dir's lease (after waiting for a dying one)
 
 
-def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
-    """The run's federated split; prompts over model.max_prompt_len tokens (in the model's chat template)
-    are dropped first and counted in the data report."""
+def _fitting_prompts(cfg: RunConfig, model_dir: str, rows, report, what: str, limit: int):
+    """`rows` without those whose prompt (with its context, in the run's prompt format) is over `limit`
+    tokens, counted in `report`, which is printed when it rejected any."""
     from transformers import AutoTokenizer
 
-    d, f = cfg.data, cfg.federation
-    own = d.client_paths  # each client actor reads its own rows: here only the public and test sets
-    total = (0 if own else f.num_clients * d.per_client) + d.public_size + d.test_size
-    rows, report = load_source(d, total, cfg.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     fmt = cfg.model.prompt_format
     try:
         uses_chat_template(tokenizer, fmt)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    rows = drop_long_prompts(
-        rows, report, lambda r: len(prompt_ids(tokenizer, r.prompt, r.context, fmt)), cfg.model.max_prompt_len
-    )
+    rows = drop_long_prompts(rows, report, lambda r: len(prompt_ids(tokenizer, r.prompt, r.context, fmt)), limit)
     if report.total_rejected:
-        print(f"data: {report}", flush=True)
+        print(f"{what}: {report}", flush=True)
+    return rows
+
+
+def build_split(cfg: RunConfig, model_dir: str) -> FederatedSplit:
+    """The run's federated split; prompts over model.max_prompt_len tokens (in the model's chat template)
+    are dropped first and counted in the data report."""
+    d, f = cfg.data, cfg.federation
+    own = d.client_paths  # each client actor reads its own rows: here only the public and test sets
+    total = (0 if own else f.num_clients * d.per_client) + d.public_size + d.test_size
+    rows, report = load_source(d, total, cfg.seed)
+    rows = _fitting_prompts(cfg, model_dir, rows, report, "data", cfg.model.max_prompt_len)
     if own:
         public, test = public_and_test(rows, d.public_size, d.test_size, cfg.seed)
         return FederatedSplit([[] for _ in own], public, test, client_paths=tuple(own))
     return dirichlet_split(rows, f.num_clients, d.per_client, d.dirichlet_alpha, d.public_size, d.test_size, cfg.seed)
+
+
+def build_suite(cfg: RunConfig, model_dir: str) -> dict[str, list]:
+    """The eval_suite benchmarks' scored rows (with their shots), by name; prompts over
+    eval_suite_max_prompt_len tokens (default model.max_prompt_len) are dropped and counted."""
+    suite = {}
+    for name, path in cfg.eval_suite.items():
+        rows, report = load_benchmark(name, path, cfg.eval_suite_limit)
+        rows = _fitting_prompts(cfg, model_dir, rows, report, f"eval_suite.{name}", cfg.suite_prompt_len)
+        if not rows:
+            raise DataError(
+                f"eval_suite.{name}: every prompt is over its budget of {cfg.suite_prompt_len} tokens "
+                "(eval_suite_max_prompt_len, default model.max_prompt_len)"
+            )
+        suite[name] = rows
+    return suite
+
+
+def suite_record(scores: dict[str, Score]) -> dict:
+    """A round's benchmark fields: each benchmark's score, its SE and size, and their plain mean."""
+    return {
+        "suite": {k: {"score": s.pass_at_1, "se": s.se, "prompts": s.prompts} for k, s in scores.items()},
+        "suite_avg": in_domain_average({k: s.pass_at_1 for k, s in scores.items()}),
+    }
+
+
+def suite_line(record: dict) -> str:
+    """The console's benchmark line, in percent as the board prints them."""
+    parts = ", ".join(f"{k} {100 * v['score']:.2f}" for k, v in record["suite"].items())
+    return f"benchmarks: {parts}; average {100 * record['suite_avg']:.2f}"
 
 
 def init_ray() -> None:
@@ -211,6 +249,8 @@ def _summary(run_dir: Path, base: dict, records: list[dict], wall: float) -> dic
         "run_dir": str(run_dir),
         "wall_s": wall,
     }
+    if "suite" in final:
+        summary["suite"], summary["suite_avg"] = final["suite"], final["suite_avg"]
     if base.get("pass@1_se") is not None and final.get("pass@1_se") is not None:
         # independent samples of test responses: the SE of the difference adds in quadrature
         summary["change"] = final["pass@1"] - base["pass@1"]
@@ -240,6 +280,7 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
     # everything that can reject the input (model, data files, the split) runs before run_dir is touched
     model_dir = resolve_model(cfg.model.path, run_dir.parent / "_models")
     split = build_split(cfg, model_dir)
+    suite = build_suite(cfg, model_dir)
     run_cfg, split = f.family.prepare(cfg, split)  # the centralized reference runs as another method
     if not split.client_paths:  # client files: checked when their actors have read them
         _check_same_split(ckpt, split.fingerprint(), run_dir)
@@ -275,7 +316,18 @@ def train(cfg: RunConfig, handle_signals: bool = False, start_over: bool = False
         events.emit("start", resume_round=None if ckpt is None else ckpt.round)
         run.push(["config.json", EVENTS])
         return _train_rounds(
-            run_cfg, split, model_dir, run_dir, ckpt, lease, handle_signals, t0, run, user_cfg=cfg, events=events
+            run_cfg,
+            split,
+            model_dir,
+            run_dir,
+            ckpt,
+            lease,
+            handle_signals,
+            t0,
+            run,
+            user_cfg=cfg,
+            events=events,
+            suite=suite,
         )
     finally:
         lease.release()
@@ -315,10 +367,12 @@ def _train_rounds(
     run,
     user_cfg: RunConfig | None = None,
     events: EventLog = NO_EVENTS,
+    suite: dict | None = None,
 ) -> dict:
     """The rounds after `ckpt` (None: from the base model), under `lease`; every commit checks it first.
     `cfg` is what runs; `user_cfg` (default: the same) is what the checkpoints, logs and plots record.
-    `run` (pubswap.run.storage) persists each local commit to a URI run_dir's store."""
+    `run` (pubswap.run.storage) persists each local commit to a URI run_dir's store. `suite`: the
+    eval_suite benchmarks' rows by name, scored after the last round."""
     user_cfg = user_cfg or cfg
 
     def persist(*rels: str) -> None:
@@ -478,6 +532,9 @@ def _train_rounds(
 
             def evaluate():
                 out = method.evaluate(fed, cfg, r, global_adapter, states)
+                if suite and r == f.rounds:  # the board scores the final model
+                    scores = {k: fed.evaluate(r, rows=v, scoring=BENCHMARKS[k].scoring) for k, v in suite.items()}
+                    out.update(suite_record(scores))
                 fed.verify_incarnations()
                 return out
 
@@ -522,6 +579,8 @@ def _train_rounds(
                 f"checkpoint round_{r:04d}\n  {format_breakdown(t)}",
                 flush=True,
             )
+            if "suite" in record:
+                print(suite_line(record), flush=True)
             if cfg.objective == "grpo" and not said_no_signal and no_signal(record):  # once a run
                 d = cfg.data
                 print(no_signal_note(record, cfg.model.max_response_len, fixed["base_eval"], d.reward_mode), flush=True)

@@ -90,8 +90,16 @@ def _one_or_more(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+def _names_to_sources(value: Any) -> Any:
+    """A list of names (or one name) is each name from its default source ('')."""
+    if isinstance(value, (str, list)):
+        return {name: "" for name in _one_or_more(value)}
+    return value
+
+
 Float = Annotated[float, BeforeValidator(_yaml_float)]
 Names = Annotated[list[str], BeforeValidator(_one_or_more)]
+NamedSources = Annotated[dict[str, str], BeforeValidator(_names_to_sources)]
 
 
 def setting(default: Any = None, about: str = "", *, resume: bool = False, factory=None, **bounds) -> Any:
@@ -575,6 +583,23 @@ class RunConfig(Section):
         1, "evaluate the global adapter every this many rounds (and before round 1)", resume=True, ge=1
     )
     eval_n: int = setting(1, "responses per test prompt: pass@1 is their mean (mean@n), with its standard error", ge=1)
+    eval_suite: NamedSources = setting(
+        about="benchmarks scored after the last round besides the test set, {name: local file or folder, or '' "
+        "for the hub} or a list of names (each from the hub): the FedSRD board's humaneval, mbpp, medqa, "
+        "medmcqa, fineval, financeiq, gsm8k, math with its shot counts; their plain mean is the board's "
+        "average (pubswap/data/board_evals.py)",
+        resume=True,
+        factory=dict,
+    )
+    eval_suite_limit: int = setting(
+        0, "score the first this many rows of each eval_suite benchmark (0: all)", resume=True, ge=0
+    )
+    eval_suite_max_prompt_len: int = setting(
+        0,
+        "the eval_suite prompts' token budget, shots included (longer ones are dropped and counted); the "
+        "engines are sized for it; 0: model.max_prompt_len",
+        ge=0,
+    )
     deterministic: bool = setting(
         False,
         "GPU: deterministic CUDA kernels in the trainer and vLLM's batch-invariant mode (slower; see docs/gpu.md)",
@@ -586,6 +611,17 @@ class RunConfig(Section):
         resume=True,
         factory=lambda: ["console", "tensorboard"],
     )
+
+    @property
+    def suite_prompt_len(self) -> int:
+        """The eval_suite prompts' token budget."""
+        return self.eval_suite_max_prompt_len or self.model.max_prompt_len
+
+    @property
+    def max_model_len(self) -> int:
+        """The longest sequence an engine serves: the longest prompt budget and a response."""
+        prompts = max(self.model.max_prompt_len, self.suite_prompt_len if self.eval_suite else 0)
+        return prompts + self.model.max_response_len
 
     def evaluation_due(self, r: int) -> bool:
         """Round r is evaluated: every eval_every rounds, and always the last one."""
@@ -658,6 +694,16 @@ class RunConfig(Section):
                 "(use fedavg-grpo, fedprox-grpo or a decentralized method)",
             )
         self._check_privacy()
+        if self.eval_suite:
+            from pubswap.data.board_evals import BENCHMARKS
+
+            unknown = sorted(set(self.eval_suite) - set(BENCHMARKS))
+            need(not unknown, "eval_suite", f"unknown benchmark(s) {unknown}; known: {', '.join(BENCHMARKS)}")
+            need(
+                not f.decentralized,
+                "eval_suite",
+                f"scores the server's global adapter: needs a server-coordinated method, got {f.method}",
+            )
         if self.data.client_paths:
             need(
                 len(self.data.client_paths) == f.num_clients,
@@ -833,7 +879,12 @@ def _dotted(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def resume_conflicts(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """'key: saved -> current' for every setting that differs and may not change on resume."""
+    """'key: saved -> current' for every setting that differs and may not change on resume. A setting
+    the saved run does not have (added to the schema since) counts as its default there."""
+    try:
+        saved = from_dict(saved).to_dict()
+    except ConfigError:  # a config this version no longer reads: compare what it holds
+        pass
     a, b = _dotted(saved), _dotted(current)
     out = []
     for key in sorted(set(a) | set(b)):

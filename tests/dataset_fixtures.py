@@ -193,3 +193,78 @@ def write(records, path):
     else:
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
+
+
+def board_eval_records(n: int = 6) -> dict[str, list[dict]]:
+    """A few short records per FedSRD board benchmark, in each one's public schema (a benchmark with
+    shots gets them first: the loader takes a local file's first `shots` rows as its shots)."""
+    he = [
+        {
+            "task_id": f"HumanEval/{i}",
+            "prompt": f'def add{i}(a, b):\n    """a + b + {i}"""\n',
+            "test": f"def check(f):\n    assert f(1, 2) == {3 + i}\n",
+            "entry_point": f"add{i}",
+        }
+        for i in range(n)
+    ]
+    mbpp = [
+        {
+            "task_id": i,
+            "prompt": f"Add {i} to x.",
+            "code": f"def plus{i}(x):\n    return x + {i}",
+            "test_imports": [],
+            "test_list": [f"assert plus{i}(1) == {1 + i}"],
+        }
+        for i in range(n + 3)
+    ]
+    medqa = [
+        {
+            "question": f"Case {i}: best drug?",
+            "answer": f"drug {i % 4}",
+            "answer_idx": "ABCD"[i % 4],
+            "options": {k: f"drug {j}" for j, k in enumerate("ABCD")},
+            "meta_info": "step1",
+        }
+        for i in range(n + 1)
+    ]
+    medmcqa = [
+        {
+            "question": f"Nerve {i}?",
+            "opa": "ulnar",
+            "opb": "radial",
+            "opc": "median",
+            "opd": "axillary",
+            "cop": i % 4,
+            "subject_name": "Anatomy",
+        }
+        for i in range(n + 1)
+    ]
+    fineval = [
+        {"id": i, "question": f"利率 {i}?", "A": "1", "B": "2", "C": "3", "D": "4", "answer": "ABCD"[i % 4]}
+        for i in range(n)
+    ]
+    financeiq = [
+        {"Question": f"税 {i}?", "A": "甲", "B": "乙", "C": "丙", "D": "丁", "Answer": "DCBA"[i % 4]} for i in range(n)
+    ]
+    gsm8k = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i:,}"} for i in range(n)]
+    math = [
+        {"problem": f"Compute ${i}^2$.", "solution": f"It is $\\boxed{{{i * i}}}$.", "level": "Level 1", "type": "x"}
+        for i in range(n)
+    ]
+    return {
+        "humaneval": he,
+        "mbpp": mbpp,
+        "medqa": medqa,
+        "medmcqa": medmcqa,
+        "fineval": fineval,
+        "financeiq": financeiq,
+        "gsm8k": gsm8k,
+        "math": math,
+    }
+
+
+def board_eval_files(folder) -> dict[str, str]:
+    """board_eval_records written as one .jsonl file per benchmark: {name: path}."""
+    from pathlib import Path
+
+    return {k: str(write(v, Path(folder) / f"{k}.jsonl")) for k, v in board_eval_records().items()}

@@ -106,6 +106,15 @@ def test_resume_conflicts_name_what_differs_and_allow_execution_settings():
     ]
 
 
+def test_a_setting_added_since_the_run_was_saved_counts_as_its_default():
+    older = RunConfig().to_dict()
+    del older["eval_suite_max_prompt_len"], older["grpo"]["shared_prefix"]  # a run saved before they existed
+    assert resume_conflicts(older, RunConfig().to_dict()) == []
+    changed = RunConfig()
+    changed.eval_suite_max_prompt_len = 1024
+    assert resume_conflicts(older, changed.to_dict()) == ["eval_suite_max_prompt_len: 0 -> 1024"]
+
+
 def test_fault_fires_once_only_at_its_point(tmp_path, monkeypatch):
     spec = tmp_path / "fault.json"
     spec.write_text(json.dumps({"who": "client", "client": 1, "round": 2, "step": 3, "phase": "private_train"}))

@@ -9,6 +9,7 @@ import pytest
 
 from pubswap.config import load_config
 from pubswap.data import instructions
+from pubswap.data.board_evals import BENCHMARKS
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = {  # cell name -> (federation.method, federation.aggregation)
@@ -47,6 +48,7 @@ def test_each_cell_is_the_reference_setting(method, model):
     assert (f.tau, f.rounds, g.b, g.grad_epochs) == (10, 100, 32, 1)  # 10 steps of 8 x 4 rows, 100 rounds
     assert cfg.model.max_prompt_len + cfg.model.max_response_len == 512
     assert cfg.seed == 2023 and cfg.run_dir.endswith(f"runs/fedsrd/{method}_{model}")
+    assert list(cfg.eval_suite) == list(BENCHMARKS)  # the board's eight columns, from the hub
     if method == "fedprox":
         assert f.fedprox_mu == 0.01
     if method.startswith("fedsrd"):

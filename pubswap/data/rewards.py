@@ -188,11 +188,21 @@ def make_row_reward(data, seed: int) -> Callable[..., float]:
         verifier = ReasoningGymReward(data.tasks, seed, lenient=lenient)
         return lambda response, row: verifier(response, row.answer, row.ref)
     if data.verifier == "code":  # the row's tests run with its code in the sandbox
+        return make_benchmark_reward("code")
+    fn = make_reward(data.verifier, data.reward_mode)
+    return lambda response, row: fn(response, row.answer)
+
+
+def make_benchmark_reward(scoring: str) -> Callable[..., float]:
+    """reward(response, row) for a benchmark scored by sampling (pubswap/data/board_evals.py), strict:
+    code runs the row's tests in the sandbox, math checks the last \\boxed{} with math-verify."""
+    if scoring == "code":
         from pubswap.data.code_tasks import code_reward
 
         return lambda response, row: code_reward(response, row.answer, row.ref)
-    fn = make_reward(data.verifier, data.reward_mode)
-    return lambda response, row: fn(response, row.answer)
+    if scoring == "math":
+        return lambda response, row: math_reward(response, row.answer)
+    raise ValueError(f"no sampled reward for scoring {scoring!r} (code, math)")
 
 
 def make_reward(name: str, mode: str = "strict") -> Callable[[str, str], float]:

@@ -271,7 +271,7 @@ def plan(
     engine = engine_need(
         shape,
         m.dtype,
-        m.max_prompt_len + m.max_response_len,
+        cfg.max_model_len,
         clients_per_actor,
         cfg.lora.max_r,
         vllm_max_lora_rank(cfg.lora.max_r),
