@@ -89,7 +89,7 @@ def ray_head():
     import subprocess
     import tempfile
 
-    from ray_helpers import ray_cli
+    from ray_helpers import ray_cli, stop_ray_in
 
     port, dash = 6390, 8275
     temp_dir = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's socket paths must fit 107 chars
@@ -114,7 +114,7 @@ def ray_head():
     try:
         yield f"http://127.0.0.1:{dash}"
     finally:
-        subprocess.run([ray_cli(), "stop", "--force"], capture_output=True, timeout=120)
+        stop_ray_in(temp_dir)  # this cluster only, not every Ray on the machine
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 

@@ -118,6 +118,35 @@ def process_tree(pid: int) -> list[int]:
     return out
 
 
+def stop_ray_in(temp_dir: str, grace_s: float = 10.0) -> None:
+    """Stop the Ray started with `ray start --temp-dir=temp_dir` and nothing else: its daemons (their
+    command lines name the directory) and every process they started (workers rename themselves
+    ray::..., so they are found as descendants). `ray stop --force` would end every Ray on the machine:
+    a user's run, or another cluster of the same test session."""
+    import signal
+    import time
+
+    mine, p = set(), os.getpid()  # this process and its ancestors may name the directory too
+    while p > 1:
+        mine.add(p)
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                p = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    roots = [int(d) for d in os.listdir("/proc") if d.isdigit() and temp_dir in cmdline(int(d))]
+    pids = {p for root in roots if root not in mine for p in process_tree(root)} - mine
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in pids:
+            try:
+                os.kill(p, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(alive(p) for p in pids):
+            time.sleep(0.2)
+
+
 def metrics(run_dir) -> list[dict]:
     return [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
 

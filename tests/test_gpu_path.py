@@ -141,7 +141,7 @@ def fake_gpu_head():
     import shutil
     import tempfile
 
-    from ray_helpers import ray_cli
+    from ray_helpers import ray_cli, stop_ray_in
 
     temp_dir = tempfile.mkdtemp(prefix="rg", dir="/tmp")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -164,7 +164,7 @@ def fake_gpu_head():
     try:
         yield "127.0.0.1:6392"
     finally:
-        subprocess.run([ray_cli(), "stop", "--force"], capture_output=True, timeout=120)
+        stop_ray_in(temp_dir)  # this cluster only, not every Ray on the machine
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
