@@ -4,6 +4,7 @@
     python -m jobs.report runs/a runs/b --plot cmp.png
     python -m jobs.report runs/dsgd_* runs/central --reference runs/central
     python -m jobs.report --board runs/board/*     # the decentralized leaderboard's table
+    python -m jobs.report --fedsrd runs/fedsrd/*   # the FedSRD leaderboard's table
 
 It also draws the runs side by side into a PNG (default report.png): pass@1 per round with error
 bars and the mean training reward per round, one line per run, labelled by run, method and tau.
@@ -28,6 +29,7 @@ import sys
 from pathlib import Path
 
 from jobs.decentralized_board import board_run, board_table
+from jobs.fedsrd_board import fedsrd_run, fedsrd_table
 from jobs.paper_grid import BASE, Cell, paper_entries
 from pubswap.presets import MODELS
 
@@ -188,10 +190,19 @@ def main(argv: list[str] | None = None) -> int:
         help="the decentralized leaderboard's table instead: normalised to dsgd with 16 clients per topology "
         "and task, averaged over sst2/rte/boolq (jobs/decentralized_board.py)",
     )
+    ap.add_argument(
+        "--fedsrd",
+        action="store_true",
+        help="the FedSRD leaderboard's table instead: each run's eight benchmarks (eval_suite), their average "
+        "and MB per client per round both ways, the board's row beside (jobs/fedsrd_board.py)",
+    )
     args = ap.parse_args(argv)
     try:
         if args.board:
             return print_board(args.run_dirs)
+        if args.fedsrd:
+            print(fedsrd_table([fedsrd_run(d) for d in args.run_dirs]))
+            return 0
         print(table(args.run_dirs, args.reference))
         from pubswap.run.plots import plot
 
