@@ -15,11 +15,29 @@ from jobs import supervise
 from pubswap.run.faults import ENV as FAULT_ENV
 
 
+@pytest.fixture
+def token_auth():
+    """Ray's token auth for this process's Jobs API calls (the locally started head uses it). Ray reads
+    RAY_AUTH_MODE into its config once per process, so the config is refreshed, as Ray itself does when
+    it turns token auth on (an earlier test in the same process may have read it unset: the calls then
+    went out without the token), and refreshed again after the test with the variable restored."""
+    from ray._raylet import Config
+
+    before = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    Config.initialize("")
+    yield
+    if before is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = before
+    Config.initialize("")
+
+
 @pytest.mark.heavy  # ~39 s
 def test_supervisor_resubmits_a_killed_driver_which_resumes_to_the_reference(
-    ray_head, ft_reference, digit_model_dir, tmp_path, monkeypatch, capsys
+    ray_head, token_auth, ft_reference, digit_model_dir, tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")  # the locally started head uses Ray's token auth
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     cfg = ft_config(digit_model_dir, tmp_path / "run")
     fault = tmp_path / "fault.json"
@@ -144,12 +162,11 @@ def _read_until(proc: subprocess.Popen, marker: str, seen: list[str]) -> None:
     raise AssertionError(f"{marker!r} never printed:\n" + "".join(seen)[-3000:])
 
 
-def test_the_supervisor_outlives_a_dashboard_outage_and_its_own_death(ray_head, tmp_path, monkeypatch):
+def test_the_supervisor_outlives_a_dashboard_outage_and_its_own_death(ray_head, token_auth, tmp_path, monkeypatch):
     """A dropped connection to the dashboard (a real TCP proxy, cut for 6 s mid-job) is retried with
     backoff and every log line is printed exactly once; a supervisor SIGKILLed and started again with the
     same --name re-attaches to its running job instead of submitting a second one; one that loses the
     dashboard for longer than --patience-s gives up with one line and leaves the job running."""
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
     from ray.job_submission import JobSubmissionClient
 
     jobs = JobSubmissionClient(ray_head)
