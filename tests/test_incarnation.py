@@ -117,10 +117,14 @@ def test_actors_restarted_between_calls_are_recovered_bitwise(method, ft_referen
     assert idle_killed and len(committed) >= 1
     # each restart is noticed, by the driver's incarnation check or, when a call was already queued for
     # the old process, by Ray ("The actor was restarted"); never missed: round 1 is redone, then its
-    # evaluation (the second actor died while the round was being committed)
+    # evaluation (the second actor died while the round was being committed). Round 1 may be redone
+    # twice: under load Ray can apply the recovery's kill of an actor that was still restarting to its
+    # next process too (seen once in CI: pids 9360 -> 9421 after the state was given), and that restart
+    # is noticed like any other
     recoveries = [(e["phase"], e["round"]) for e in read_events(cfg.run_dir, "recovery")]
-    assert recoveries == [("round", 1), ("evaluation", 1)], console_of(proc)[-3000:]
+    rounds = len(recoveries) - 1
+    assert rounds >= 1 and recoveries == [("round", 1)] * rounds + [("evaluation", 1)], console_of(proc)[-3000:]
     got, ref = metrics(cfg.run_dir), metrics(reference)
-    assert [r["recoveries"] for r in got] == [1, 0]
+    assert [r["recoveries"] for r in got] == [rounds, 0]
     assert [r.get("pass@1") for r in got] == [r.get("pass@1") for r in ref]  # every actor evaluated the right adapter
     assert final_sha(cfg.run_dir) == final_sha(reference)
