@@ -69,13 +69,10 @@ class FedsrdRun:
 
 
 def fedsrd_run(run_dir: Path) -> FedsrdRun:
-    from jobs.report import comm_mb
+    from jobs.report import comm_mb, read_summary
 
     cfg = json.loads((run_dir / "config.json").read_text())
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no summary.json (the run has not finished a round yet)")
-    summary = json.loads(summary_path.read_text())
+    summary = read_summary(run_dir)
     f = cfg["federation"]
     suite = summary.get("suite") or {}
     mb = comm_mb(run_dir)

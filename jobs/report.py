@@ -43,12 +43,17 @@ def cell_of(cfg: dict) -> Cell | None:
     return Cell(model, d["source"], f["method"], f["tau"], swap, d["dirichlet_alpha"])
 
 
+def read_summary(run_dir: Path) -> dict:
+    """The run's summary.json; a run without one is one clear error (it has not finished a round)."""
+    path = run_dir / "summary.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no summary.json (the run has not finished a round yet)")
+    return json.loads(path.read_text())
+
+
 def read_run(run_dir: Path) -> dict:
     cfg = json.loads((run_dir / "config.json").read_text())
-    summary_path = run_dir / "summary.json"
-    if not summary_path.is_file():
-        raise FileNotFoundError(f"{run_dir}: no summary.json (the run has not finished a round yet)")
-    summary = json.loads(summary_path.read_text())
+    summary = read_summary(run_dir)
     return {
         **comm_mb(run_dir),
         "run": run_dir.name,

@@ -15,6 +15,7 @@ restarted and the round redone from its start, so the result is the same as with
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -78,12 +79,18 @@ EXIT_STORAGE_FULL = 4  # jobs.supervise does not resubmit it: the next attempt w
 EXIT_RUN_DIR_BUSY = 5  # another live driver holds run_dir's lease (after waiting for a dying one)
 
 
+@functools.lru_cache(maxsize=2)
+def _tokenizer(model_dir: str):
+    """The model's tokenizer, loaded once for the split and every eval_suite benchmark."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
 def _fitting_prompts(cfg: RunConfig, model_dir: str, rows, report, what: str, limit: int):
     """`rows` without those whose prompt (with its context, in the run's prompt format) is over `limit`
     tokens, counted in `report`, which is printed when it rejected any."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = _tokenizer(model_dir)
     fmt = cfg.model.prompt_format
     try:
         uses_chat_template(tokenizer, fmt)

@@ -112,8 +112,16 @@ def _letter_prompt(prompt: str) -> str:
     return f"{head}\n\n{CHOICE_INSTRUCTION}"
 
 
+def benchmark(name: str) -> Benchmark:
+    """Benchmark `name`, or one clear error naming the known ones."""
+    if name not in BENCHMARKS:
+        raise DataError(f"eval_suite: unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
+    return BENCHMARKS[name]
+
+
 def benchmark_rows(name: str, records: Iterable[Mapping]) -> tuple[list[Row], RowReport]:
     """Rows of benchmark `name` from records in its public schema."""
+    benchmark(name)
     if name in ("humaneval", "mbpp"):
         return code_rows(name, records)
     if name == "medqa":
@@ -124,10 +132,8 @@ def benchmark_rows(name: str, records: Iterable[Mapping]) -> tuple[list[Row], Ro
         rows, report = map_rows(records, lambda r: _finance_fields(r, name))
     elif name == "gsm8k":
         return map_rows(records, _gsm8k_fields)
-    elif name == "math":
+    else:  # math (benchmark() refused any other name)
         return map_rows(records, _math_fields)
-    else:
-        raise DataError(f"eval_suite: unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
     return _choice_rows(rows), report
 
 
@@ -158,9 +164,7 @@ def load_benchmark(name: str, path: str = "", limit: int = 0) -> tuple[list[Row]
     (its first `shots` rows are the shots) or from the hub; the first `limit` scored rows (0: all)."""
     from pubswap.data.records import load_records
 
-    if name not in BENCHMARKS:
-        raise DataError(f"eval_suite: unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)}")
-    bench = BENCHMARKS[name]
+    bench = benchmark(name)
     hub_id, config, split = bench.hub
     if path:
         records = load_records(path, "train")
