@@ -99,16 +99,20 @@ def start_driver(
     )
 
 
+def parent_pid(pid: int) -> int | None:
+    """A process's parent pid from /proc/PID/stat (None if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def process_tree(pid: int) -> list[int]:
     """`pid` and every process descended from it (a driver's local Ray: GCS, raylet, workers, agents)."""
     children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
+        if d.isdigit() and (ppid := parent_pid(int(d))) is not None:
             children.setdefault(ppid, []).append(int(d))
     out, todo = [], [pid]
     while todo:
@@ -127,13 +131,9 @@ def stop_ray_in(temp_dir: str, grace_s: float = 10.0) -> None:
     import time
 
     mine, p = set(), os.getpid()  # this process and its ancestors may name the directory too
-    while p > 1:
+    while p is not None and p > 1:
         mine.add(p)
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                p = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            break
+        p = parent_pid(p)
     roots = [int(d) for d in os.listdir("/proc") if d.isdigit() and temp_dir in cmdline(int(d))]
     pids = {p for root in roots if root not in mine for p in process_tree(root)} - mine
     for sig in (signal.SIGTERM, signal.SIGKILL):
