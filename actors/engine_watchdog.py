@@ -4,8 +4,9 @@ vLLM runs its engine core (and on GPUs its workers) in child processes of the ac
 dies (a CUDA error, the kernel's OOM killer, a signal), vLLM logs "engine core exited unexpectedly" but a
 `generate` in flight may never return, and the driver would wait forever on a live actor with a dead
 engine. The watchdog polls the engine processes found right after the engine started; once one is gone
-it prints one line and ends the actor's process. Ray then restarts the actor (a fresh engine) and the
-driver, whose call failed with the actor's death, redoes the round (jobs/federation.py).
+it prints one line, leaves it for the driver (actors/exit_note.py) and ends the actor's process. Ray
+then restarts the actor (a fresh engine) and the driver, whose call failed with the actor's death (or
+which saw the restarted actor's new process), redoes the round (jobs/federation.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import threading
 from collections.abc import Callable
 
 import psutil
+
+from actors import exit_note
 
 ENGINE_PREFIX = "VLLM::"  # vLLM names its engine core and worker processes so (setproctitle)
 
@@ -95,4 +98,5 @@ def _name(p: psutil.Process) -> str:
 def exit_actor(line: str) -> None:
     """End this actor's process at once, saying why: Ray restarts it, and its caller sees a lost actor."""
     print(line, file=sys.stderr, flush=True)
+    exit_note.leave(line)  # the console line may not reach the driver; the note does
     os._exit(1)  # no cleanup: the engine is gone, and a graceful exit would wait on it

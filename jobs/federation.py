@@ -22,6 +22,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, ObjectLostError, OwnerDiedError, RayActorError
 from ray.util.placement_group import remove_placement_group
 
+from actors import exit_note
 from actors.client import ClientActor
 from actors.collective import CollectiveSetupError, check_backend_deps, choose_backend
 from actors.server import ServerActor
@@ -265,7 +266,7 @@ class Federation(ServerRounds, GossipRounds):
         if changed:
             raise ActorLost(
                 f"client actors {changed} were restarted since they were given their state "
-                f"(pids {[self.pids[i] for i in changed]} -> {[now[i] for i in changed]})"
+                f"(pids {[self.pids[i] for i in changed]} -> {[now[i] for i in changed]})" + self._exit_notes()
             )
 
     def _call(self, refs: Sequence[ray.ObjectRef]) -> list:
@@ -274,12 +275,25 @@ class Federation(ServerRounds, GossipRounds):
         try:
             return gather(refs, timeout_s=timeout or None)
         except ACTOR_FAILURES as e:
-            raise ActorLost(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+            first = str(e).splitlines()[0] if str(e) else ""
+            raise ActorLost(f"{type(e).__name__}: {first}" + self._exit_notes()) from e
         except CallTimeout as e:
             # a hung client (stopped, deadlocked, a stuck device) counts as a dead one: recover() kills it
-            raise ActorLost(f"{e} (fault_tolerance.step_timeout_s={timeout:g}): a client is hung") from e
+            # (or one was slowed by another's restart while the driver was paused: say so if one ended itself)
+            raise ActorLost(
+                f"{e} (fault_tolerance.step_timeout_s={timeout:g}): a client is hung" + self._exit_notes()
+            ) from e
         finally:
             self.calls_s += time.perf_counter() - t  # the driver's time spent waiting on actors
+
+    def _exit_notes(self) -> str:
+        """'; client actor i: why' for each client actor that ended itself and said why (actors/exit_note.py)."""
+        ids = {a._actor_id.hex(): i for i, a in enumerate(self.actors)}
+        try:
+            notes = exit_note.take(list(ids))
+        except Exception:  # the GCS is what failed: the recovery goes ahead without the causes
+            return ""
+        return "".join(f"; client actor {ids[a]}: {line}" for a, line in sorted(notes.items(), key=lambda x: ids[x[0]]))
 
     def restart_timing(self) -> None:
         """Start the actors' phase timers and the driver's call time afresh (what came before is not the
@@ -304,6 +318,7 @@ class Federation(ServerRounds, GossipRounds):
             # not just the pids the state was given to: an actor restarted between calls answers from a pid
             # verify_incarnations saw, and that process is being killed now too
             self._connect(old_pids=self.seen_pids | set(self.pids))
+            self._exit_notes()  # a note left by an incarnation this recovery replaced explains nothing later
         self.set_global(global_adapter)
         if states is not None:
             self.load_states(states)

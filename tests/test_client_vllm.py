@@ -12,6 +12,7 @@ import ray
 import torch
 from ray_helpers import RAY_ENV, tiny_config
 
+from actors import exit_note
 from actors.client import ClientActor
 from pubswap.data.rows import Row
 
@@ -98,8 +99,8 @@ def test_public_responses_carry_the_engines_sampling_logprobs(client):
 def test_a_call_that_finds_its_engine_dead_ends_the_actor(client):
     """The engine core SIGKILLed while a call is generating: vLLM fails the call with EngineDeadError at
     once, before the watchdog's next poll. The caller must see the actor's death (RayActorError, from which
-    the driver recovers by redoing the round), not that error as an ordinary one (which ended the run).
-    Runs last: the actor is restarted after it."""
+    the driver recovers by redoing the round), not that error as an ordinary one (which ended the run),
+    and the actor's note saying why (actors/exit_note.py). Runs last: the actor is restarted after it."""
     pid = ray.get(client.ping.remote())[1]
     core = next(c for c in psutil.Process(pid).children(recursive=True) if "EngineCore" in c.name())
     batch = [(f"Calculate {a} + {b}.", str(a + b)) for a in range(20) for b in range(20)]
@@ -110,6 +111,11 @@ def test_a_call_that_finds_its_engine_dead_ends_the_actor(client):
     core.kill()
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(call)
+    # why, told to the driver through the GCS (the printed line may never reach a console), read once
+    actor_id = client._actor_id.hex()
+    note = exit_note.take([actor_id])
+    assert "vLLM engine" in note[actor_id] and f"(pid {pid})" in note[actor_id], note
+    assert exit_note.take([actor_id]) == {}
 
 
 def test_engine_dead_is_found_in_the_chain_of_a_calls_error():
