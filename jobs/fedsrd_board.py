@@ -87,7 +87,9 @@ def fedsrd_run(run_dir: Path) -> FedsrdRun:
     )
 
 
-def fedsrd_table(runs: list[FedsrdRun]) -> str:
+def fedsrd_table(runs: list[FedsrdRun], board_model: str | None = None) -> str:
+    """The board's columns for `runs`, each with the board's row for its method and model printed under
+    it; a run of a model the board did not measure gets `board_model`'s row (a reduced setting)."""
     names = {"humaneval": "HumanE", "financeiq": "FinIQ", "medmcqa": "MedMCQ"}
     heads = [names.get(c, c) for c in COLUMNS]
     head = f"{'run / board':<34} {'Avg':>6} " + " ".join(f"{h:>6}" for h in heads) + f" {'MB':>7} {'exact MB':>8}"
@@ -95,11 +97,12 @@ def fedsrd_table(runs: list[FedsrdRun]) -> str:
     for r in sorted(runs, key=lambda r: (r.model, -(r.average or 0.0))):
         cols = " ".join(f"{_num(r.scores.get(c)):>6}" for c in COLUMNS)
         lines.append(f"{r.run[:34]:<34} {_num(r.average):>6} {cols} {_num(r.board_mb):>7} {_num(r.exact_mb):>8}")
-        board = BOARD.get((r.method, r.model))
+        board = BOARD.get((r.method, r.model if r.model in MODELS.values() else board_model))
         if board is not None:
             avg, values, mb = board
             cols = " ".join(f"{v:>6.2f}" for v in values)
-            lines.append(f"{'  board ' + r.method + ' ' + r.model:<34} {avg:>6.2f} {cols} {mb:>7.0f} {'':>8}")
+            model = r.model if r.model in MODELS.values() else board_model
+            lines.append(f"{'  board ' + r.method + ' ' + model:<34} {avg:>6.2f} {cols} {mb:>7.0f} {'':>8}")
     lines.append(
         "percent; Avg = the plain mean of the benchmarks scored (- : not scored); MB = MiB per client per "
         "round, upload + download, fp32 values only as the board counts; exact MB = the bytes sent"

@@ -78,3 +78,14 @@ def test_the_boards_rows_are_its_16_cells_and_its_qwen_averages_are_the_mean_of_
         assert len(values) == 8
         if model == "qwen2-7b" or method in ("fedsrd", "fedavg"):
             assert sum(values) / 8 == pytest.approx(average, abs=0.01), (method, model)
+
+
+def test_a_reduced_run_of_a_model_the_board_did_not_measure_is_shown_beside_the_named_models_row(tmp_path):
+    from jobs.fedsrd_board import fedsrd_run, fedsrd_table
+
+    run = fedsrd_run(fedsrd_dir(tmp_path, "reduced", {k: 0.5 for k in COLUMNS}, (MIB, MIB), (MIB, MIB)))
+    assert run.model == "builtin:smollm2-135m-instruct" and run.method == "fedavg"
+    lines = fedsrd_table([run], board_model="qwen2-7b").splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("reduced"))
+    assert lines[at + 1].split()[:4] == ["board", "fedavg", "qwen2-7b", "57.04"]
+    assert not any(x.split()[:1] == ["board"] for x in fedsrd_table([run]).splitlines())
