@@ -5,6 +5,7 @@ Used by tests that need a real Hugging Face / PEFT / vLLM model without download
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 CHATML = (
@@ -14,9 +15,15 @@ CHATML = (
 
 
 def build_tiny_model(
-    path: str | Path, seed: int = 0, vocab_size: int = 512, digits_only: bool = False, chat_template: bool = True
+    path: str | Path,
+    seed: int = 0,
+    vocab_size: int = 512,
+    digits_only: bool = False,
+    chat_template: bool = True,
+    corpus: Sequence[str] = (),
 ) -> Path:
-    """`digits_only`: an untied LM head whose rows are zero except for the ten single-digit tokens,
+    """`corpus`: more text the tokenizer is trained on (whole words become tokens).
+    `digits_only`: an untied LM head whose rows are zero except for the ten single-digit tokens,
     so one-token answers are a digit (right ~1 time in 10 on one-digit sums): tests get real rewards.
     `chat_template=False`: a base model's tokenizer, with no chat template (as OPT's)."""
     import torch
@@ -29,15 +36,15 @@ def build_tiny_model(
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    corpus = [f"Calculate {a} + {b}. The answer is \\boxed{{{a + b}}}." for a in range(10) for b in range(10)]
-    corpus += ["Solve the problem. Put the final answer in \\boxed{}.", "user assistant system"]
+    texts = [f"Calculate {a} + {b}. The answer is \\boxed{{{a + b}}}." for a in range(10) for b in range(10)]
+    texts += ["Solve the problem. Put the final answer in \\boxed{}.", "user assistant system", *corpus]
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.train_from_iterator(texts, trainer=trainer)
     hf_tok = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=None, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None
     )
