@@ -10,7 +10,7 @@ FlexLoRA, FFA-LoRA), each an ordinary `python -m jobs.train` run in OUT/method=<
 one after another; a method whose run finished is not run again and an unfinished one resumes, as in
 jobs.study. Prints the board's table (jobs/fedsrd_board.py) with the board's Qwen2-7B row under each
 method's, and the seconds each run took. The board's setting and ours differ in everything but the
-protocol: see docs/fedsrd_board.md.
+protocol: see docs/data.md (the board reduced to this machine).
 """
 
 from __future__ import annotations
