@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from tiny_model import build_tiny_model  # noqa: E402
 
 from jobs.decentralized_board import METHODS, TOPOLOGIES, board_run, board_table  # noqa: E402
-from jobs.study import Study, finished, run_cells  # noqa: E402
+from jobs.study import Study, finished, parse_sets, run_cells  # noqa: E402
 from pubswap.data.classification import SST2_LABELS, classification_rows  # noqa: E402
 from pubswap.data.prompt_length import plain_prompt  # noqa: E402
 from pubswap.data.synthetic_sentiment import sentiment_records, write_sentiment  # noqa: E402
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         "seedflood": {"federation.zo_lr": args.zo_lr},
     }
     methods = {m: {"federation.method": m, **steps[m]} for m in args.methods}
-    extra = {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    extra = parse_sets(args.set)
     for m in methods:  # each method's own settings from the board's cells (compressor, LoRA shape)
         cell = yaml.safe_load((REPO / "configs" / "board" / "methods" / f"{m}.yaml").read_text())
         for section, values in cell.items():

@@ -20,13 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from jobs.fedsrd_board import METHODS, fedsrd_run, fedsrd_table  # noqa: E402
-from jobs.study import Study, finished, run_cells  # noqa: E402
+from jobs.study import Study, finished, parse_sets, run_cells  # noqa: E402
 from pubswap.data.synthetic_board import write_board  # noqa: E402
 
 BOARD_METHODS = {name: key for key, name in METHODS.items()}  # board name -> (method, aggregation)
@@ -53,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             "eval_suite": {k: str(Path(v).resolve()) for k, v in evals.items()},
             "eval_suite_limit": args.eval_rows,
             "data.per_client": args.train_rows,
-            **{k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)},
+            **parse_sets(args.set),
         },
         axes={"method": axis},
         seed_axis="method",

@@ -97,11 +97,11 @@ def fedsrd_table(runs: list[FedsrdRun], board_model: str | None = None) -> str:
     for r in sorted(runs, key=lambda r: (r.model, -(r.average or 0.0))):
         cols = " ".join(f"{_num(r.scores.get(c)):>6}" for c in COLUMNS)
         lines.append(f"{r.run[:34]:<34} {_num(r.average):>6} {cols} {_num(r.board_mb):>7} {_num(r.exact_mb):>8}")
-        board = BOARD.get((r.method, r.model if r.model in MODELS.values() else board_model))
+        model = r.model if r.model in MODELS.values() else board_model
+        board = BOARD.get((r.method, model))
         if board is not None:
             avg, values, mb = board
             cols = " ".join(f"{v:>6.2f}" for v in values)
-            model = r.model if r.model in MODELS.values() else board_model
             lines.append(f"{'  board ' + r.method + ' ' + model:<34} {avg:>6.2f} {cols} {mb:>7.0f} {'':>8}")
     lines.append(
         "percent; Avg = the plain mean of the benchmarks scored (- : not scored); MB = MiB per client per "

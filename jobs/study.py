@@ -138,6 +138,11 @@ def override_args(overrides: dict[str, Any]) -> list[str]:
     return [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
 
 
+def parse_sets(pairs: list[str]) -> dict[str, Any]:
+    """Overrides given as `key=value` strings (a benchmark's --set), each value read as YAML."""
+    return {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in pairs)}
+
+
 def check_cells(study: Study) -> None:
     """Every cell's config validates before anything runs (a bad key names the cell and exits 2)."""
     for cell in study.cells():
