@@ -234,7 +234,7 @@ def test_fedsrd_projects_the_averaged_product_change_on_one_factor_alternating(c
     gen = torch.Generator().manual_seed(7)
     start = adapter(gen)
     trained = trained_from(start, gen, 3, scale=0.5)
-    s = cls(download_p=0.0)  # no download sparsity: the projected delta itself
+    s = cls(download_p=0.0, pinv_rtol=0.0)  # no download sparsity, no cut-off: the projected delta itself
     for round_idx, update_b in ((1, True), (2, False), (3, True)):
         res = s.run_round(start, trained, round_idx=round_idx)
         # what the server sees: each client's factors rebuilt from its pruned upload
@@ -247,6 +247,29 @@ def test_fedsrd_projects_the_averaged_product_change_on_one_factor_alternating(c
             other = a if key == b else b
             assert torch.allclose(res.adapter[key].double() - start[key].double(), delta, atol=1e-5), (round_idx, key)
             assert torch.equal(res.adapter[other], start[other])  # the other factor is not sent, not changed
+
+
+def test_fedsrd_a_update_ignores_the_near_null_directions_of_b():
+    """After one round from B = 0, B's spectrum spans 3 decades (measured on the reduced board); the exact
+    pinv(B) turns a small change along B's weak directions into a huge A (0.04 -> 58 there). The cut-off
+    updates A only along the singular directions of B above pinv_rtol of the largest."""
+    gen = torch.Generator().manual_seed(9)
+    d, r, m = 40, 4, 30
+    u, _ = torch.linalg.qr(torch.randn(d, r, generator=gen, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(m, r, generator=gen, dtype=torch.float64))
+    sigma = torch.tensor([1.0, 0.3, 1e-2, 1e-3], dtype=torch.float64)
+    A = torch.randn(r, m, generator=gen, dtype=torch.float64) * 0.04
+    B = u @ torch.diag(sigma) @ v[:r, :r].T  # r x r mixing keeps B's singular values
+    start = {A1: A.float(), B1: B.float()}
+    trained = [{A1: A.float(), B1: (B + 0.05 * torch.randn(d, r, generator=gen, dtype=torch.float64)).float()}]
+    exact = FedSRDe(download_p=0.0, pinv_rtol=0.0).run_round(start, trained, round_idx=2).adapter[A1]
+    cut = FedSRDe(download_p=0.0).run_round(start, trained, round_idx=2).adapter[A1]
+    assert exact.abs().max() > 10 * A.abs().max()  # the reference's step: A blown up
+    assert cut.abs().max() < 3 * A.abs().max()
+    _, sb, vbh = torch.linalg.svd(start[B1].double(), full_matrices=False)
+    keep = sb >= 0.1 * sb[0]  # the two strong directions: the exact step projected on their row space
+    expect = vbh[keep].T @ vbh[keep] @ (exact.double() - A.float().double())
+    assert keep.sum() == 2 and torch.allclose(cut.double() - A.float().double(), expect, atol=1e-5)
 
 
 def test_fedsrd_updates_b_while_b_is_zero_and_sparsifies_the_download():
