@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from tiny_model import build_tiny_model  # noqa: E402
 
 from jobs.decentralized_board import METHODS, TOPOLOGIES, board_run, board_table  # noqa: E402
-from jobs.study import Study, finished, parse_sets, run_cells  # noqa: E402
+from jobs.study import Study, finished, parse_sets, run_cells, set_pair  # noqa: E402
 from pubswap.data.classification import SST2_LABELS, classification_rows  # noqa: E402
 from pubswap.data.prompt_length import plain_prompt  # noqa: E402
 from pubswap.data.synthetic_sentiment import sentiment_records, write_sentiment  # noqa: E402
@@ -45,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lora-lr", type=float, default=1e-2, help="Adam step of dsgd-lora and chocosgd-lora")
     ap.add_argument("--zo-lr", type=float, default=1e-3, help="SeedFlood's zeroth-order step")
     ap.add_argument("--seed", type=int, default=0, help="the data's and the model's seed")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides (YAML values)")
+    ap.add_argument(
+        "--set", nargs="*", default=[], type=set_pair, metavar="KEY=VALUE", help="more config overrides (YAML values)"
+    )
     args = ap.parse_args(argv)
 
     import yaml

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from jobs.fedsrd_board import METHODS, fedsrd_run, fedsrd_table  # noqa: E402
-from jobs.study import Study, finished, parse_sets, run_cells  # noqa: E402
+from jobs.study import Study, finished, parse_sets, run_cells, set_pair  # noqa: E402
 from pubswap.data.synthetic_board import write_board  # noqa: E402
 
 BOARD_METHODS = {name: key for key, name in METHODS.items()}  # board name -> (method, aggregation)
@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-rows", type=int, default=96, help="rows per domain (per client)")
     ap.add_argument("--eval-rows", type=int, default=16, help="scored rows per benchmark")
     ap.add_argument("--seed", type=int, default=0, help="the data's seed (the runs' is the config's)")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more config overrides (YAML values)")
+    ap.add_argument(
+        "--set", nargs="*", default=[], type=set_pair, metavar="KEY=VALUE", help="more config overrides (YAML values)"
+    )
     args = ap.parse_args(argv)
 
     train, evals = write_board(args.out / "data", args.train_rows, args.eval_rows, args.seed)

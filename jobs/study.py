@@ -138,9 +138,21 @@ def override_args(overrides: dict[str, Any]) -> list[str]:
     return [f"{k}={json.dumps(v)}" for k, v in overrides.items()]
 
 
-def parse_sets(pairs: list[str]) -> dict[str, Any]:
-    """Overrides given as `key=value` strings (a benchmark's --set), each value read as YAML."""
-    return {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in pairs)}
+def set_pair(text: str) -> tuple[str, Any]:
+    """One `key=value` override (a benchmark's --set, as argparse's type=): the value read as YAML. A pair
+    without `=`, with an empty key or a value YAML cannot read is argparse's usage error (one line, exit 2)."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        return key.strip(), yaml.safe_load(value)
+    except yaml.YAMLError as e:
+        raise argparse.ArgumentTypeError(f"{key}: the value is not YAML ({str(e).splitlines()[0]})") from None
+
+
+def parse_sets(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The --set pairs (set_pair's) as one overrides dict; a later pair wins."""
+    return dict(pairs)
 
 
 def check_cells(study: Study) -> None:

@@ -1,5 +1,6 @@
 """jobs.study: a grid of ordinary runs, the finished cells never rerun, a table over seeds."""
 
+import argparse
 import json
 import math
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 import yaml
 from ray_helpers import REPO, _driver_env, ft_config, write_config
 
-from jobs.study import main, mean_se, read_study
+from jobs.study import main, mean_se, parse_sets, read_study, set_pair
 from pubswap.config import ConfigError
 
 
@@ -67,6 +68,30 @@ def test_a_bad_cell_stops_the_study_before_anything_runs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: cell seed=0__k=-1") and "tau" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "bench,pair,message",
+    [("fedsrd_reduced", "lr", "'lr' is not KEY=VALUE"), ("decentralized_reduced", "a=[1", "a: the value")],
+)
+def test_a_benchmarks_bad_set_pair_is_one_line_and_exit_2(tmp_path, bench, pair, message):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / f"{bench}.py"), "--out", str(out), "--set", "seed=1", pair],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.strip().splitlines()[-1].startswith(f"{bench}.py: error:")
+    assert not out.exists()
+
+
+def test_set_pairs_read_values_as_yaml_and_a_later_pair_wins():
+    for bad in ("lr", "=3", " =3", "a=[1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            set_pair(bad)
+    assert parse_sets([set_pair("a.b=0.5"), set_pair("c=[1, 2]"), set_pair("a.b=x=y")]) == {"a.b": "x=y", "c": [1, 2]}
 
 
 def test_mean_and_standard_error_over_seeds():
