@@ -18,6 +18,9 @@ Parts, each run on its own and reported even when an earlier one failed:
   7. engine_vs_trainer: a vLLM engine in LoRA mode (actors/rollout.py, sleep mode on a GPU) serving the
      trainer's live adapter, saved as a PEFT folder: its prompt log-probs against the trainer's, awake
      and after a sleep/wake cycle (tiny random model from tests/tiny_model.py; needs vLLM)
+  8. client_core: a whole ClientCore in this process (actors/client.py: trainer and vLLM engine in LoRA mode
+     on one card), sleep mode off and on: one private GRPO step, then the engine's log-probs of a sampled
+     response under the client's live adapter against the trainer's (needs vLLM and Ray installed)
 Prints one `RESULT name key=value ...` line per part.
 """
 
@@ -326,6 +329,75 @@ def engine_vs_trainer(args):
 
 
 @part
+def client_core(args):
+    """A whole ClientCore in this process (trainer and vLLM engine in LoRA mode on one card), with sleep mode
+    off and on: one private GRPO step, then the engine's log-probs of a sampled response under the client's
+    live adapter against the trainer's."""
+    import gc
+    import shutil
+    import tempfile
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from ray_helpers import tiny_config
+    from tiny_model import build_tiny_model
+
+    from actors.client import ClientCore
+    from jobs.train import build_split
+
+    cuda = torch.cuda.is_available()
+    dtype = "bfloat16" if cuda else "float32"
+    folder = Path(tempfile.mkdtemp(prefix="gpu_check_client_"))
+    try:
+        model_dir = build_tiny_model(folder / "model", digits_only=True)
+        for sleep in (False, True) if cuda else (False,):  # vLLM's sleep mode needs a GPU
+            cfg = tiny_config(
+                model_dir,
+                folder / f"run_sleep_{sleep}",
+                "rollout.backend=vllm",
+                "rollout.lora_mode=lora",
+                f"rollout.sleep_mode={str(sleep).lower()}",
+                f"model.dtype={dtype}",
+                "federation.num_clients=1",
+            )
+            split = build_split(cfg, str(model_dir))
+            t = time.perf_counter()
+            core = ClientCore(cfg.to_dict(), {0: split.clients[0]}, str(model_dir))
+            start_s = time.perf_counter() - t
+            try:
+                torch.manual_seed(5)  # a non-zero B, so the engine really serves an adapter (it is synced here)
+                core.set_global({k: v + torch.randn_like(v) * 0.1 for k, v in core.get_adapter(0).items()})
+                before = core.get_adapter(0)
+                t = time.perf_counter()
+                (step,) = core.private_steps(0, 1)  # rollout, then train with the engine asleep (sleep mode)
+                step_s = time.perf_counter() - t
+                moved = max((v - before[k]).abs().max().item() for k, v in core.get_adapter(0).items())
+                pids = list(core.prompt_ids(split.test[0]))
+                response = list(core.engine.generate([pids], 1, 1.0, 16, seeds=[0], keys=[0])[0][0].token_ids)
+                engine = torch.tensor(core.engine_logprobs(pids + response)[len(pids) - 1 :])
+                trainer = torch.tensor(core.trainer_logprobs(pids, response))
+                diff = (engine - trainer).abs().max().item()
+                tol = 5e-2 if dtype == "bfloat16" else 1e-3
+                result(
+                    f"client_core_sleep_{'on' if sleep else 'off'}",
+                    dtype=dtype,
+                    engine_start_s=f"{start_s:.0f}",
+                    step_s=f"{step_s:.1f}",
+                    reward_mean=f"{step['reward_mean']:.3f}",
+                    adapter_step_max=f"{moved:.2e}",
+                    response_tokens=len(response),
+                    max_abs_diff=f"{diff:.2e}",
+                    ok=diff <= tol,
+                )
+            finally:
+                del core  # its engine (and the engine core process) goes with it before the next one starts
+                gc.collect()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@part
 def determinism(args):
     import torch
 
@@ -478,7 +550,10 @@ def main() -> None:
     ap.add_argument(
         "--gen-tokens", type=int, default=512, help="new tokens per rollout sequence (random weights never stop early)"
     )
-    ap.add_argument("--parts", default="exactness,paper_step,step_variants,determinism,rollout,nccl,engine_vs_trainer")
+    ap.add_argument(
+        "--parts",
+        default="exactness,paper_step,step_variants,determinism,rollout,nccl,engine_vs_trainer,client_core",
+    )
     args = ap.parse_args()
     if args.smoke:
         args.seqs, args.prompt_len, args.response_len, args.gen_tokens = 4, 32, 64, 16
@@ -502,6 +577,7 @@ def main() -> None:
         "rollout": rollout,
         "nccl": nccl,
         "engine_vs_trainer": engine_vs_trainer,
+        "client_core": client_core,
     }
     for p in args.parts.split(","):
         parts[p](args)
