@@ -170,7 +170,48 @@ def init_ray() -> None:
         env_vars = {k: os.environ.get(k, v) for k, v in defaults.items()}
         if os.environ.get(FAULT_ENV):  # a fault drill: the actors must see the spec file too
             env_vars[FAULT_ENV] = os.environ[FAULT_ENV]
-        ray.init(runtime_env={"env_vars": env_vars}, include_dashboard=False, logging_level=level)
+        try:
+            ray.init(runtime_env={"env_vars": env_vars}, include_dashboard=False, logging_level=level)
+        except BaseException as e:
+            # a signal while ray.init starts the cluster: Ray's own SIGTERM handler (installed first thing in
+            # ray.init) exits before Ray knows its new node, so ray.shutdown would leave the daemons it started
+            # (its agents outlive their raylet); stop them here, and stop as the driver does on SIGTERM
+            stop_descendants()
+            if isinstance(e, SystemExit) and e.code == signal.SIGTERM:
+                raise Stopped(signal.SIGTERM) from None
+            raise
+
+
+def stop_descendants(grace_s: float = 5.0) -> None:
+    """End every process this one started (here: the daemons of a half-started local Ray). They are frozen
+    first, so that none starts another while the tree is collected, then terminated, then killed."""
+    import psutil
+
+    me, tree = psutil.Process(), {}
+    while True:  # freeze until no new descendant appears
+        new = [p for p in me.children(recursive=True) if p.pid not in tree]
+        if not new:
+            break
+        for p in new:
+            tree[p.pid] = p
+            try:
+                p.suspend()
+            except psutil.Error:
+                pass
+    procs = list(tree.values())
+    for p in procs:
+        try:
+            p.terminate()
+            p.resume()  # a stopped process acts on SIGTERM once continued
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 class InRoundCheckpoints:

@@ -9,7 +9,17 @@ import time
 from pathlib import Path
 
 import pytest
-from ray_helpers import EventWatch, console_of, ft_config, metrics, run_driver, run_processes, start_logged_driver
+from ray_helpers import (
+    EventWatch,
+    alive,
+    cmdline,
+    console_of,
+    ft_config,
+    metrics,
+    run_driver,
+    run_processes,
+    start_logged_driver,
+)
 
 pytest.importorskip("vllm")
 
@@ -106,3 +116,46 @@ def test_a_signal_that_lands_inside_rays_c_code_still_stops_cleanly(monkeypatch,
     monkeypatch.setattr(driver, "train", broken)
     with pytest.raises(SystemError, match="a real one"):
         driver.main(["--config", str(config)])
+
+
+def test_sigterm_while_ray_init_starts_the_local_cluster_leaves_no_ray_process(digit_model_dir, tmp_path):
+    """The signal lands inside `ray.init`, once Ray's agents are up but before the driver has connected:
+    Ray's own SIGTERM handler (installed by ray.init) exits before Ray knows its new node, so ray.shutdown
+    has nothing to stop. The driver stops the processes its ray.init started itself."""
+    import psutil
+
+    before = set(run_processes())
+    cfg = ft_config(digit_model_dir, tmp_path / "run")
+    driver = start_logged_driver(cfg)
+    # Ray's agents, before and after they rename themselves
+    agents = ("ray::DashboardAgent", "ray::RuntimeEnvAgent", "dashboard/agent.py", "runtime_env/agent/main.py")
+    started: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and driver.poll() is None:
+            try:
+                tree = psutil.Process(driver.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                break
+            started = {p.pid: cmdline(p.pid) for p in tree if p.pid not in before}
+            if any(a in c for c in started.values() for a in agents):
+                break
+            time.sleep(0.05)
+        assert any(a in c for c in started.values() for a in agents), (driver.poll(), started, console_of(driver))
+        driver.send_signal(signal.SIGTERM)
+        code = driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    stderr = console_of(driver)
+    assert "client actors:" not in stderr  # the signal came before the driver had a cluster to use
+    assert code == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "stopped by SIGTERM" in stderr
+    # the driver ends them before it exits; left alone, Ray's agents, still connecting to the dead GCS, linger
+    # (seen by hand: over 60 s)
+    deadline = time.monotonic() + 1
+    while (left := {p: cmdline(p) for p in started if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:  # do not leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"still running 1 s after the driver exited: {left}"
