@@ -34,6 +34,8 @@ import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# engine against trainer log-probs of the same tokens: the largest difference taken as agreement
+LOGPROB_TOL = {"bfloat16": 5e-2, "float32": 1e-3}
 sys.path.insert(0, str(REPO))
 
 
@@ -314,7 +316,6 @@ def engine_vs_trainer(args):
             diffs[phase] = (torch.tensor(lps) - own.float()).abs().max().item()
         base = engine.prompt_logprobs(prompt + response, key=0)[len(prompt) - 1 :]
         moved = (torch.tensor(base) - own.float()).abs().max().item()  # the adapter is really served
-        tol = 5e-2 if dtype == "bfloat16" else 1e-3
         result(
             "engine_vs_trainer",
             dtype=dtype,
@@ -322,7 +323,7 @@ def engine_vs_trainer(args):
             max_abs_diff_awake=f"{diffs['awake']:.2e}",
             max_abs_diff_after_sleep=f"{diffs['after_sleep']:.2e}",
             base_model_diff=f"{moved:.2e}",
-            ok=max(diffs.values()) <= tol < moved,
+            ok=max(diffs.values()) <= LOGPROB_TOL[dtype] < moved,
         )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -378,7 +379,6 @@ def client_core(args):
                 engine = torch.tensor(core.engine_logprobs(pids + response)[len(pids) - 1 :])
                 trainer = torch.tensor(core.trainer_logprobs(pids, response))
                 diff = (engine - trainer).abs().max().item()
-                tol = 5e-2 if dtype == "bfloat16" else 1e-3
                 result(
                     f"client_core_sleep_{'on' if sleep else 'off'}",
                     dtype=dtype,
@@ -388,7 +388,7 @@ def client_core(args):
                     adapter_step_max=f"{moved:.2e}",
                     response_tokens=len(response),
                     max_abs_diff=f"{diff:.2e}",
-                    ok=diff <= tol,
+                    ok=diff <= LOGPROB_TOL[dtype],
                 )
             finally:
                 del core  # its engine (and the engine core process) goes with it before the next one starts

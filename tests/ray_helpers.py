@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -212,6 +214,20 @@ def proc_state(pid: int) -> str:
 
 def alive(pid: int) -> bool:
     return proc_state(pid) not in ("Z", "X")
+
+
+def still_running(pids, within_s: float) -> dict[int, str]:
+    """pid -> command line of those of `pids` still alive after waiting up to `within_s` for them to end.
+    Those are then SIGKILLed, so that none is left to the next test (the caller asserts on the result)."""
+    deadline = time.monotonic() + within_s
+    while (left := {p: cmdline(p) for p in pids if alive(p)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
 
 
 def run_processes() -> dict[int, str]:

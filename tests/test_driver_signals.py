@@ -3,7 +3,6 @@ its client actors and their vLLM engine processes exit, and a rerun resumes (iss
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
@@ -11,7 +10,6 @@ from pathlib import Path
 import pytest
 from ray_helpers import (
     EventWatch,
-    alive,
     cmdline,
     console_of,
     ft_config,
@@ -19,6 +17,7 @@ from ray_helpers import (
     run_driver,
     run_processes,
     start_logged_driver,
+    still_running,
 )
 
 pytest.importorskip("vllm")
@@ -57,9 +56,7 @@ def test_sigterm_to_the_driver_leaves_no_actor_or_engine_behind(digit_model_dir,
     stderr = console_of(driver)
     assert code == 128 + signal.SIGTERM, stderr[-2000:]
     assert "stopped by SIGTERM" in stderr
-    deadline = time.monotonic() + 30
-    while (left := {p: c for p, c in run_processes().items() if p in started}) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    left = still_running(started, within_s=30)
     assert not left, f"still running 30 s after the driver exited: {left}"
     # only whole rounds were committed, the last one with its checkpoint
     rounds = [r["round"] for r in metrics(cfg.run_dir)]
@@ -84,11 +81,7 @@ def test_sigkilled_driver_leaves_no_engine_worker_behind(digit_model_dir, tmp_pa
     finally:
         if driver.poll() is None:
             driver.kill()
-    deadline = time.monotonic() + 30
-    while (left := {p: c for p, c in run_processes().items() if p in engines}) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid in left:  # do not leave them to the next test
-        os.kill(pid, signal.SIGKILL)
+    left = still_running(engines, within_s=30)
     assert not left, f"engine processes still running 30 s after the driver was SIGKILLed: {left}"
 
 
@@ -153,9 +146,5 @@ def test_sigterm_while_ray_init_starts_the_local_cluster_leaves_no_ray_process(d
     assert "stopped by SIGTERM" in stderr
     # the driver ends them before it exits; left alone, Ray's agents, still connecting to the dead GCS, linger
     # (seen by hand: over 60 s)
-    deadline = time.monotonic() + 1
-    while (left := {p: cmdline(p) for p in started if alive(p)}) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in left:  # do not leave them to the next test
-        os.kill(pid, signal.SIGKILL)
+    left = still_running(started, within_s=1)
     assert not left, f"still running 1 s after the driver exited: {left}"
